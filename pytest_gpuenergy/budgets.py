@@ -1,0 +1,126 @@
+"""Energy budgets: ``@pytest.mark.energy_budget(ets=, edp=, time=, gpu=, cap=)``.
+
+A test may carry several budgets; for each GPU the most specific one that matches applies:
+GPU model and cap, then GPU model, then cap, then one with neither. Among equally specific
+matches the one nearest the function (the lowest decorator) wins. The GPU matches by
+case-insensitive substring of its name (``gpu="H100"`` matches "NVIDIA H100 80GB HBM3"); the cap
+in watts or percent matches when it resolves to the limit the test ran at on that GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .capping import CapSpec, CapSyntaxError, parse_cap
+from .device import PowerLimits
+
+_FIGURES = {"ets": ("ets_j", "ETS", "J"), "edp": ("edp_js", "EDP", "J s"), "time": ("time_s", "T", "s")}
+_ALLOWED = set(_FIGURES) | {"gpu", "cap"}
+_CAP_TOLERANCE_MW = 500
+
+
+class BudgetError(ValueError):
+    """An ``energy_budget`` marker is malformed; raised at collection."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    ets_j: float | None = None
+    edp_js: float | None = None
+    time_s: float | None = None
+    gpu: str | None = None
+    cap: CapSpec | None = None
+
+    @property
+    def specificity(self) -> int:
+        return 2 * (self.gpu is not None) + (self.cap is not None)
+
+    def matches(self, gpu_name: str, limit_mw: int, limits: PowerLimits) -> bool:
+        if self.gpu is not None and self.gpu.lower() not in gpu_name.lower():
+            return False
+        if self.cap is not None and abs(self.cap.resolve_mw(limits) - limit_mw) > _CAP_TOLERANCE_MW:
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"{key}={getattr(self, attr):g}" for key, (attr, _, _) in _FIGURES.items() if getattr(self, attr) is not None]
+        if self.gpu is not None:
+            parts.append(f"gpu={self.gpu!r}")
+        if self.cap is not None:
+            parts.append(f"cap={self.cap.label}")
+        return f"energy_budget({', '.join(parts)})"
+
+
+def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
+    """Validate one marker's arguments; every problem is a BudgetError naming it and the fix."""
+    if args:
+        raise BudgetError(
+            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=), got positional {list(args)!r}"
+        )
+    unknown = sorted(set(kwargs) - _ALLOWED)
+    if unknown:
+        raise BudgetError(
+            f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap="
+        )
+    figures = {}
+    for key, (attr, name, unit) in _FIGURES.items():
+        if key in kwargs and kwargs[key] is not None:
+            figures[attr] = _positive_number(key, kwargs[key], unit)
+    if not figures:
+        raise BudgetError("energy_budget needs at least one of ets= (J), edp= (J s), time= (s)")
+    gpu = kwargs.get("gpu")
+    if gpu is not None and (not isinstance(gpu, str) or not gpu.strip()):
+        raise BudgetError(f"energy_budget gpu= must be part of a GPU name such as 'H100', got {gpu!r}")
+    cap = kwargs.get("cap")
+    cap_spec = None
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, (str, int, float)):
+            raise BudgetError(f"energy_budget cap= must be watts (200) or a percentage ('60%'), got {cap!r}")
+        try:
+            cap_spec = parse_cap(str(cap), source="energy_budget cap=")
+        except CapSyntaxError as exc:
+            raise BudgetError(str(exc)) from None
+    return Budget(gpu=gpu.strip() if gpu else None, cap=cap_spec, **figures)
+
+
+def _positive_number(key: str, value: Any, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise BudgetError(f"energy_budget {key}= must be a positive number of {unit}, got {value!r}")
+    return float(value)
+
+
+def select_budget(budgets: Iterable[Budget], gpu_name: str, limit_mw: int, limits: PowerLimits) -> Budget | None:
+    """The most specific matching budget; the first listed wins among equals."""
+    best: Budget | None = None
+    for budget in budgets:
+        if budget.matches(gpu_name, limit_mw, limits) and (best is None or budget.specificity > best.specificity):
+            best = budget
+    return best
+
+
+@dataclass(frozen=True)
+class BudgetMiss:
+    figure: str         # "ETS", "EDP", "T"
+    measured: float
+    budget: float
+    unit: str
+
+    @property
+    def excess_pct(self) -> float:
+        return (self.measured / self.budget - 1.0) * 100.0
+
+    def describe(self) -> str:
+        return f"{self.figure} {self.measured:.4g} {self.unit} > budget {self.budget:.4g} {self.unit} (+{self.excess_pct:.1f} %)"
+
+
+def check_budget(budget: Budget, figures: Any) -> list[BudgetMiss]:
+    """Compare ``figures`` (anything with ets_j, edp_js, time_s) with the budget."""
+    misses = []
+    for attr, name, unit in _FIGURES.values():
+        limit = getattr(budget, attr)
+        measured = getattr(figures, attr)
+        if limit is not None and measured > limit:
+            misses.append(BudgetMiss(name, measured, limit, unit))
+    return misses

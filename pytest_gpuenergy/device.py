@@ -1,0 +1,274 @@
+"""GPU access through an NVML-compatible library: pynvml on real GPUs, the simulator elsewhere.
+
+Everything here speaks NVML's units (mW, mJ) so that nothing is lost in conversion; the surface
+of the package speaks W and J. The same ``Gpu`` class drives a real GPU and a simulated one: the
+backend only decides which library object it is handed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pynvml
+
+from .errors import BackendUnavailable, GpuLostError, GpuSelectionError
+from .fileio import user_state_dir
+
+BACKEND_CHOICES = ("auto", "nvml", "sim")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class PowerLimits:
+    """A GPU's power-management limits, in milliwatts as NVML reports them."""
+
+    current_mw: int
+    enforced_mw: int
+    default_mw: int
+    min_mw: int
+    max_mw: int
+
+    def contains(self, limit_mw: int) -> bool:
+        return self.min_mw <= limit_mw <= self.max_mw
+
+    def range_text(self) -> str:
+        return f"{self.min_mw / 1000:g}-{self.max_mw / 1000:g} W"
+
+
+class Gpu:
+    """One GPU, addressed by its NVML index."""
+
+    def __init__(self, nvml: Any, index: int, backend: str) -> None:
+        self.nvml = nvml
+        self.index = index
+        self.backend = backend
+        self.simulated = backend == "sim"
+        self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        self.name = _text(nvml.nvmlDeviceGetName(self.handle))
+        self.uuid = _text(nvml.nvmlDeviceGetUUID(self.handle))
+        self._has_counter: bool | None = None
+        self._power_source: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Gpu({self.index}, {self.name!r})"
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.name})"
+
+    # -- limits --------------------------------------------------------------------------
+    def limits(self) -> PowerLimits:
+        nvml, handle = self.nvml, self.handle
+        low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        return PowerLimits(
+            current_mw=int(nvml.nvmlDeviceGetPowerManagementLimit(handle)),
+            enforced_mw=int(nvml.nvmlDeviceGetEnforcedPowerLimit(handle)),
+            default_mw=int(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)),
+            min_mw=int(low),
+            max_mw=int(high),
+        )
+
+    def current_limit_mw(self) -> int:
+        return int(self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle))
+
+    def enforced_limit_mw(self) -> int:
+        return int(self.nvml.nvmlDeviceGetEnforcedPowerLimit(self.handle))
+
+    def set_limit_mw(self, limit_mw: int) -> int:
+        """Set the limit with the v1 call (the v2 wrapper ignores errors); return what is enforced.
+
+        The caller compares the returned value with what it asked for: a GPU may enforce a
+        different limit than the one requested, and only reading back shows it.
+        """
+        self.nvml.nvmlDeviceSetPowerManagementLimit(self.handle, int(limit_mw))
+        return self.enforced_limit_mw()
+
+    # -- energy and power ------------------------------------------------------------------
+    def has_energy_counter(self) -> bool:
+        """Whether the cumulative energy counter works here (Volta and newer, not MIG)."""
+        if self._has_counter is None:
+            try:
+                self.energy_mj()
+                self._has_counter = True
+            except pynvml.NVMLError_NotSupported:
+                self._has_counter = False
+        return self._has_counter
+
+    def energy_mj(self) -> int:
+        try:
+            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except pynvml.NVMLError_GpuIsLost:
+            raise self._lost() from None
+
+    def power_mw(self) -> int:
+        """Instant power: ``NVML_FI_DEV_POWER_INSTANT`` where supported, else ``GetPowerUsage``."""
+        try:
+            if self._power_source in (None, "instant"):
+                field = self.nvml.nvmlDeviceGetFieldValues(self.handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
+                if field.nvmlReturn == pynvml.NVML_SUCCESS:
+                    self._power_source = "instant"
+                    return int(field.value.uiVal)
+                self._power_source = "usage"
+            return int(self.nvml.nvmlDeviceGetPowerUsage(self.handle))
+        except pynvml.NVMLError_GpuIsLost:
+            raise self._lost() from None
+
+    @property
+    def power_source(self) -> str:
+        """Which reading ``power_mw`` uses: "instant" (the field value) or "usage"."""
+        if self._power_source is None:
+            self.power_mw()
+        return self._power_source or "usage"
+
+    def mig_enabled(self) -> bool:
+        try:
+            current, _pending = self.nvml.nvmlDeviceGetMigMode(self.handle)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+            return False
+        return current == pynvml.NVML_DEVICE_MIG_ENABLE
+
+    def _lost(self) -> GpuLostError:
+        return GpuLostError(f"{self.label} is lost (NVML: GPU is lost): it fell off the bus or its driver reset")
+
+
+class Backend:
+    """The NVML-compatible library in use, the GPUs it shows, and how to wait for GPU work."""
+
+    def __init__(self, name: str, nvml: Any, state_dir: Path) -> None:
+        self.name = name
+        self.nvml = nvml
+        self.simulated = name == "sim"
+        self.state_dir = state_dir
+        self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+        self.all_gpus = [Gpu(nvml, i, name) for i in range(nvml.nvmlDeviceGetCount())]
+        self.visible_gpus = visible_gpus(self.all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    @property
+    def label(self) -> str:
+        return "simulated GPUs (no real measurement)" if self.simulated else f"NVML, driver {self.driver_version}"
+
+    def select(self, spec: str | Sequence[str] | None) -> list[Gpu]:
+        """The GPUs ``--gpus`` names (NVML indices as ``gpuenergy info`` prints them, or UUIDs)."""
+        if not self.visible_gpus:
+            raise GpuSelectionError(
+                "no GPU is visible: CUDA_VISIBLE_DEVICES hides all of them; unset it or name a GPU"
+            )
+        items = _split(spec)
+        if not items or items == ["all"]:
+            return list(self.visible_gpus)
+        chosen: list[Gpu] = []
+        for item in items:
+            gpu = _match_gpu(self.visible_gpus, item)
+            if gpu is None:
+                known = ", ".join(f"{g.index} ({g.uuid})" for g in self.visible_gpus)
+                raise GpuSelectionError(f"--gpus: no visible GPU matches {item!r}; visible GPUs: {known}")
+            if gpu not in chosen:
+                chosen.append(gpu)
+        return chosen
+
+    def use(self, gpus: Iterable[Gpu]) -> None:
+        """Tell a simulated machine which GPUs this process's work runs on (no-op on NVML)."""
+        if self.simulated:
+            self.nvml.simUseDevices([gpu.index for gpu in gpus])
+
+    def set_workload_profile(self, compute_bound: float) -> None:
+        """Declare how compute-bound the coming work is; only the simulator needs to know."""
+        if self.simulated:
+            self.nvml.simSetWorkloadProfile(compute_bound)
+
+    def synchronize(self) -> None:
+        """Wait until queued GPU work has finished, so a reading covers exactly that work."""
+        if self.simulated:
+            self.nvml.simSynchronize()
+            return
+        torch = sys.modules.get("torch")  # never import torch (1.8 s) just to wait for nothing
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            for device in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(device)
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def visible_gpus(gpus: Sequence[Gpu], cuda_visible: str | None) -> list[Gpu]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` lets CUDA see, in its order.
+
+    NVML itself ignores the variable, so the plugin applies it: entries are NVML indices or
+    (prefixes of) UUIDs; like CUDA, parsing stops at the first entry that matches nothing.
+    Indices are NVML's PCI order: set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees.
+    """
+    if cuda_visible is None:
+        return list(gpus)
+    chosen: list[Gpu] = []
+    for item in _split(cuda_visible):
+        gpu = _match_gpu(gpus, item)
+        if gpu is None:
+            break
+        if gpu not in chosen:
+            chosen.append(gpu)
+    return chosen
+
+
+def _split(spec: str | Sequence[str] | None) -> list[str]:
+    if spec is None:
+        return []
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _match_gpu(gpus: Sequence[Gpu], item: str) -> Gpu | None:
+    if item.isdigit():
+        return next((g for g in gpus if g.index == int(item)), None)
+    if item.startswith("GPU-") and len(item) > 4:
+        matches = [g for g in gpus if g.uuid.startswith(item)]
+        return matches[0] if len(matches) == 1 else None
+    return None
+
+
+def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Backend:
+    """Open ``nvml``, ``sim``, or (``auto``) NVML where it finds a GPU and the simulator otherwise."""
+    if kind not in BACKEND_CHOICES:
+        raise BackendUnavailable(f"unknown GPU backend {kind!r}: choose from {', '.join(BACKEND_CHOICES)}")
+    if kind in ("auto", "nvml"):
+        reason = _try_nvml()
+        if reason is None:
+            return Backend("nvml", pynvml, user_state_dir())
+        if kind == "nvml":
+            raise BackendUnavailable(
+                f"--gpu-backend=nvml: {reason}; install the NVIDIA driver, or use --gpu-backend=sim "
+                f"to run on simulated GPUs"
+            )
+    from .sim.nvml import SimulatedNvml
+    from .sim.state import SimStateError
+
+    try:
+        sim = SimulatedNvml(state_dir=sim_state_dir)
+        sim.nvmlInit()
+    except (SimStateError, ValueError) as exc:
+        raise BackendUnavailable(f"the GPU simulator cannot start: {exc}") from None
+    return Backend("sim", sim, sim.state_dir)
+
+
+def _try_nvml() -> str | None:
+    """None if NVML works and shows a GPU, else why not."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return f"NVML is not available ({exc})"
+    try:
+        if pynvml.nvmlDeviceGetCount() == 0:
+            pynvml.nvmlShutdown()
+            return "NVML finds no GPU"
+    except pynvml.NVMLError as exc:
+        return f"NVML cannot count GPUs ({exc})"
+    return None

@@ -1,0 +1,278 @@
+"""The pytest glue: options, markers, fixtures and hooks. The logic lives in plain classes.
+
+Registered through the ``pytest11`` entry point, so installing the package enables it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from .budgets import Budget, BudgetError, budget_from_marker
+from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
+from .device import BACKEND_CHOICES
+from .errors import GpuEnergyError, LimitRestoreError
+from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
+from .reports.terminal import results_table
+from .session import EnergySession, SessionOptions
+
+SESSION_KEY = pytest.StashKey[EnergySession]()
+_BUDGETS_KEY = pytest.StashKey[list]()
+_SETTINGS_KEY = pytest.StashKey[dict]()
+
+_MARKERS = (
+    "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
+    "instead of --gpu-caps",
+    "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
+    "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies",
+    "energy(repeat=None, compute_bound=None, min_time=None): how to measure this test: calls of the "
+    "test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds",
+)
+_ENERGY_KEYS = {"repeat", "compute_bound", "min_time"}
+
+
+# -- options -------------------------------------------------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpuenergy", "GPU energy testing (pytest-gpuenergy)")
+
+    def add(flag: str, ini: str, help_text: str, ini_type: str | None = None, **kwargs: Any) -> None:
+        group.addoption(flag, dest=ini, default=None, help=help_text, **kwargs)
+        parser.addini(ini, help_text, type=ini_type)
+
+    add("--gpu-backend", "gpu_backend",
+        "GPU access: auto (NVML where a GPU is found, else the simulator; default), nvml, sim",
+        choices=BACKEND_CHOICES)
+    add("--gpu-caps", "gpu_caps",
+        "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
+        "limit (60%,80%), min, max, default. Without it tests run at the current limit")
+    add("--gpus", "gpus",
+        "GPUs to cap and measure: NVML indices or UUIDs as `gpuenergy info` lists them (default: all visible)")
+    add("--energy-min-time", "energy_min_time",
+        f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})")
+    add("--energy-repeat", "energy_repeat",
+        "calls of each measured test per case, for repeated samples (default 1)")
+
+
+def _setting(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name)
+    return value if value not in ("", None, []) else None
+
+
+def _parse_settings(config: pytest.Config) -> SessionOptions:
+    caps_text = _setting(config, "gpu_caps")
+    try:
+        caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
+    except CapSyntaxError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    backend = _setting(config, "gpu_backend") or "auto"
+    if backend not in BACKEND_CHOICES:
+        raise pytest.UsageError(f"gpu_backend = {backend!r}: choose from {', '.join(BACKEND_CHOICES)}")
+    return SessionOptions(
+        backend=backend,
+        caps=caps,
+        gpus=_setting(config, "gpus"),
+        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0),
+        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1),
+    )
+
+
+def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float) -> Any:
+    text = _setting(config, name)
+    if text is None:
+        return default
+    flag = "--" + name.replace("_", "-")
+    try:
+        value = kind(str(text).strip())
+    except ValueError:
+        raise pytest.UsageError(f"{flag}={text!r} is not a {'whole ' if kind is int else ''}number") from None
+    if not value >= minimum or value != value:
+        raise pytest.UsageError(f"{flag}={text!r} must be at least {minimum:g}")
+    return value
+
+
+# -- lifetime --------------------------------------------------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in _MARKERS:
+        config.addinivalue_line("markers", marker)
+    options = _parse_settings(config)
+    session = EnergySession(options)
+    try:
+        session.start(repair=not hasattr(config, "workerinput"))
+    except GpuEnergyError as exc:
+        if options.backend != "auto" or options.caps or options.gpus:
+            raise pytest.UsageError(str(exc)) from None
+        # Installed but not asked for anything: only tests that use the fixtures fail.
+        session.unavailable = str(exc)
+    config.stash[SESSION_KEY] = session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    problems = session.finish()
+    if problems:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        for problem in problems:
+            message = f"gpuenergy: GPU LEFT AT A CHANGED POWER LIMIT: {problem}. Fix it with: gpuenergy restore"
+            if reporter is not None:
+                reporter.write_line(message, red=True, bold=True)
+            else:
+                print(message)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION_KEY, None)
+    return session.header_lines() if session is not None else []
+
+
+# -- collection ------------------------------------------------------------------------------------
+
+def _marker_caps(node: Any) -> list[CapSpec] | None:
+    marker = node.get_closest_marker("gpu_caps")
+    if marker is None:
+        return None
+    if marker.kwargs:
+        raise CapSyntaxError(f"gpu_caps takes caps as positional arguments, got {sorted(marker.kwargs)}")
+    if not marker.args:
+        raise CapSyntaxError("gpu_caps needs at least one cap, e.g. @pytest.mark.gpu_caps(150, '60%')")
+    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
+    return parse_caps(list(args), source="gpu_caps")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpu_power_cap" not in metafunc.fixturenames:
+        return
+    try:
+        caps = _marker_caps(metafunc.definition)
+    except CapSyntaxError as exc:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {exc}") from None
+    if caps is None:
+        caps = list(metafunc.config.stash[SESSION_KEY].options.caps)
+    if caps:
+        metafunc.parametrize("gpu_power_cap", caps, indirect=True, ids=[c.label for c in caps])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate every marker now, so a typo fails the run before any GPU is touched."""
+    for item in items:
+        try:
+            item.stash[_BUDGETS_KEY] = [budget_from_marker(m.args, m.kwargs) for m in item.iter_markers("energy_budget")]
+            item.stash[_SETTINGS_KEY] = _energy_settings(item)
+        except (BudgetError, ValueError) as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+
+
+def _energy_settings(item: pytest.Item) -> dict:
+    marker = item.get_closest_marker("energy")
+    if marker is None:
+        return {}
+    if marker.args:
+        raise ValueError(f"energy takes keyword arguments only ({', '.join(sorted(_ENERGY_KEYS))})")
+    unknown = sorted(set(marker.kwargs) - _ENERGY_KEYS)
+    if unknown:
+        raise ValueError(f"energy got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ENERGY_KEYS))}")
+    settings = dict(marker.kwargs)
+    repeat = settings.get("repeat")
+    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
+        raise ValueError(f"energy(repeat=) must be a whole number >= 1, got {repeat!r}")
+    bound = settings.get("compute_bound")
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 <= bound <= 1):
+        raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {bound!r}")
+    min_time = settings.get("min_time")
+    if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or not min_time >= 0):
+        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0, got {min_time!r}")
+    return settings
+
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpu_power_cap(request: pytest.FixtureRequest) -> Iterator[PowerCap]:
+    """Applies this case's power cap to the selected GPUs and restores the previous limit after.
+
+    Without ``--gpu-caps`` (or a ``gpu_caps`` marker) nothing is changed and the value describes
+    the current limit.
+    """
+    session = request.config.stash[SESSION_KEY]
+    spec: CapSpec | None = getattr(request, "param", None)
+    capper = session.capper()
+    try:
+        cap = capper.apply(spec) if spec is not None else capper.current()
+    except CapOutOfRange as exc:
+        session.release(capper)
+        pytest.skip(str(exc))
+    except CapPermissionError as exc:
+        session.release(capper)
+        pytest.fail(str(exc), pytrace=False)
+    except GpuEnergyError as exc:
+        session.release(capper)
+        pytest.fail(str(exc), pytrace=False)
+    session.active_cap = cap
+    try:
+        yield cap
+    finally:
+        session.active_cap = None
+        try:
+            session.release(capper)
+        except LimitRestoreError as exc:
+            pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
+
+
+@pytest.fixture
+def energy_meter(request: pytest.FixtureRequest) -> EnergyMeter:
+    """Measures ETS, T and EDP of a block (``with energy_meter:``) or of ``measure(fn)``."""
+    session = request.config.stash[SESSION_KEY]
+    settings = request.node.stash.get(_SETTINGS_KEY, {})
+    try:
+        return session.meter(
+            request.node.nodeid,
+            compute_bound=settings.get("compute_bound"),
+            min_time_s=settings.get("min_time"),
+        )
+    except GpuEnergyError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """With repetitions, call a measuring test several times (fixtures are set up once)."""
+    session = item.config.stash[SESSION_KEY]
+    measures = "energy_meter" in getattr(item, "fixturenames", ())
+    session.begin_call(item.nodeid)
+    result = yield
+    if measures:
+        repeat = item.stash.get(_SETTINGS_KEY, {}).get("repeat") or session.options.repeat
+        for _ in range(repeat - 1):
+            session.begin_call(item.nodeid)
+            item.runtest()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+    """A passed test that misses its energy budget fails, with one line per miss."""
+    report = yield
+    if report.when == "call" and report.passed:
+        budgets: list[Budget] = item.stash.get(_BUDGETS_KEY, [])
+        failures = item.config.stash[SESSION_KEY].budget_failures(item.nodeid, budgets)
+        if failures:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(failures)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not session.cases:
+        return
+    terminalreporter.section("gpu energy")
+    for line in results_table(session.cases.values()):
+        terminalreporter.write_line(line)

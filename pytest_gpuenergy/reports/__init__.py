@@ -1,0 +1,1 @@
+"""Reports of a session's or a comparison's results: terminal, Markdown, HTML, JSON."""

@@ -1,0 +1,188 @@
+"""What a measurement produces: per-repetition figures and their summary, per GPU and in total.
+
+ETS (energy to solution, J) is the integral of GPU power over the measured region; T (s) is the
+region's duration; EDP = ETS x T (J s). With ``measure(fn)`` a region runs ``fn`` several times
+so that it is long enough to measure; the figures are per call of ``fn``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Sequence
+
+COUNTER = "counter"
+SAMPLING = "sampling"
+
+
+@dataclass(frozen=True)
+class Repetition:
+    """One measured repetition, per call of the measured function."""
+
+    ets_j: float
+    time_s: float
+    mean_power_w: float
+    peak_power_w: float
+    calls: int = 1
+
+    @property
+    def edp_js(self) -> float:
+        return self.ets_j * self.time_s
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The repetitions of one case reduced to the figures a budget or a report uses.
+
+    ETS and T are means (energy adds up, so the mean is the estimate of the expected cost);
+    EDP is the mean of the per-repetition products; the spread is the sample standard deviation
+    and the coefficient of variation of ETS.
+    """
+
+    n: int
+    ets_j: float
+    time_s: float
+    edp_js: float
+    mean_power_w: float
+    peak_power_w: float
+    ets_std_j: float
+    ets_cv: float
+    ets_min_j: float
+    ets_max_j: float
+
+    @classmethod
+    def of(cls, repetitions: Sequence[Repetition]) -> "Summary":
+        if not repetitions:
+            raise ValueError("a summary needs at least one repetition")
+        ets = [r.ets_j for r in repetitions]
+        mean_ets = statistics.fmean(ets)
+        mean_time = statistics.fmean(r.time_s for r in repetitions)
+        std = statistics.stdev(ets) if len(ets) > 1 else 0.0
+        return cls(
+            n=len(repetitions),
+            ets_j=mean_ets,
+            time_s=mean_time,
+            edp_js=statistics.fmean(r.edp_js for r in repetitions),
+            mean_power_w=mean_ets / mean_time if mean_time > 0 else math.nan,
+            peak_power_w=max(r.peak_power_w for r in repetitions),
+            ets_std_j=std,
+            ets_cv=std / mean_ets if mean_ets > 0 else math.nan,
+            ets_min_j=min(ets),
+            ets_max_j=max(ets),
+        )
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    """One GPU's part of a measurement, with everything needed to interpret it later."""
+
+    gpu_index: int
+    gpu_name: str
+    gpu_uuid: str
+    backend: str                     # "nvml" or "sim"
+    simulated: bool
+    method: str                      # "counter" or "sampling"
+    power_source: str | None         # for sampling: "instant" (field value) or "usage"
+    cap_label: str                   # "150W", "60%", "min", or "current" when nothing was changed
+    limit_requested_w: float | None  # None when the test did not ask for a cap
+    limit_enforced_w: float
+    default_limit_w: float
+    repetitions: tuple[Repetition, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> Summary:
+        return Summary.of(self.repetitions)
+
+    @property
+    def ets_j(self) -> float:
+        return self.summary.ets_j
+
+    @property
+    def time_s(self) -> float:
+        return self.summary.time_s
+
+    @property
+    def edp_js(self) -> float:
+        return self.summary.edp_js
+
+
+@dataclass(frozen=True)
+class EnergyResult:
+    """A measurement across the selected GPUs: ``ets_j`` is their total, per call of the work."""
+
+    per_gpu: tuple[GpuResult, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def repetitions(self) -> tuple[Repetition, ...]:
+        """Per repetition, energy summed over the GPUs (the region's time is the same on each)."""
+        reps = []
+        for parts in zip(*(g.repetitions for g in self.per_gpu)):
+            ets = sum(p.ets_j for p in parts)
+            time_s = parts[0].time_s
+            reps.append(Repetition(
+                ets_j=ets, time_s=time_s,
+                mean_power_w=ets / time_s if time_s > 0 else math.nan,
+                peak_power_w=sum(p.peak_power_w for p in parts),
+                calls=parts[0].calls,
+            ))
+        return tuple(reps)
+
+    @property
+    def summary(self) -> Summary:
+        return Summary.of(self.repetitions)
+
+    # The fixed names of DESIGN.md and the usual companions.
+    @property
+    def ets_j(self) -> float:
+        return self.summary.ets_j
+
+    @property
+    def time_s(self) -> float:
+        return self.summary.time_s
+
+    @property
+    def edp_js(self) -> float:
+        return self.summary.edp_js
+
+    @property
+    def mean_power_w(self) -> float:
+        return self.summary.mean_power_w
+
+    @property
+    def peak_power_w(self) -> float:
+        return self.summary.peak_power_w
+
+    @property
+    def n(self) -> int:
+        return len(self.repetitions)
+
+    @property
+    def ets_std_j(self) -> float:
+        return self.summary.ets_std_j
+
+    @property
+    def ets_cv(self) -> float:
+        return self.summary.ets_cv
+
+    @property
+    def method(self) -> str:
+        return "+".join(sorted({g.method for g in self.per_gpu}))
+
+    @property
+    def backend(self) -> str:
+        return self.per_gpu[0].backend
+
+    @property
+    def simulated(self) -> bool:
+        return any(g.simulated for g in self.per_gpu)
+
+    def describe(self) -> str:
+        origin = "simulated" if self.simulated else "measured"
+        return (
+            f"ETS {self.ets_j:.4g} J, T {self.time_s:.4g} s, EDP {self.edp_js:.4g} J s, "
+            f"mean {self.mean_power_w:.4g} W, peak {self.peak_power_w:.4g} W, n={self.n} "
+            f"({origin}, {self.method})"
+        )

@@ -1,0 +1,202 @@
+"""One test session's GPU side, in plain Python: the pytest glue (``plugin.py``) only calls this.
+
+It opens the backend, picks the GPUs, repairs limits a dead run left changed, hands out cappers
+and meters, collects every result, checks budgets, and at the end makes sure no GPU is left at
+a changed limit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from .budgets import Budget, check_budget, select_budget
+from .capping import CapSpec, PowerCap, PowerCapper
+from .device import Backend, Gpu, PowerLimits, open_backend
+from .errors import LimitRestoreError, MeasurementError, PowerLimitWarning
+from .journal import Journal, journal_for
+from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+from .results import EnergyResult, GpuResult
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    backend: str = "auto"
+    caps: tuple[CapSpec, ...] = ()
+    gpus: str | None = None
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    repeat: int = 1
+
+
+@dataclass
+class CaseRecord:
+    """All repetitions measured for one case: one region of one test (``test_id``)."""
+
+    test_id: str
+    results: list[EnergyResult] = field(default_factory=list)
+
+    @property
+    def merged(self) -> EnergyResult:
+        """The results of repeated calls as one result whose repetitions are all of theirs."""
+        first = self.results[0]
+        per_gpu = []
+        for i, gpu in enumerate(first.per_gpu):
+            reps = tuple(rep for result in self.results for rep in result.per_gpu[i].repetitions)
+            notes = tuple(sorted({n for result in self.results for n in result.per_gpu[i].notes}))
+            per_gpu.append(replace(gpu, repetitions=reps, notes=notes))
+        notes = tuple(sorted({n for result in self.results for n in result.notes}))
+        return EnergyResult(per_gpu=tuple(per_gpu), notes=notes)
+
+
+class EnergySession:
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
+        self.backend: Backend | None = None
+        self.gpus: list[Gpu] = []
+        self.limits: dict[str, PowerLimits] = {}
+        self.journal: Journal | None = None
+        self.cases: dict[str, CaseRecord] = {}
+        self.active_cap: PowerCap | None = None
+        self.repairs: list[str] = []
+        self.unavailable: str | None = None     # why the GPU side could not start, if it could not
+        self._cappers: list[PowerCapper] = []
+        self._regions_in_call: dict[str, int] = {}
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def start(self, *, repair: bool = True) -> None:
+        """Open the backend and select GPUs; repair limits a dead run left changed."""
+        self.backend = open_backend(self.options.backend)
+        self.gpus = self.backend.select(self.options.gpus)
+        self.backend.use(self.gpus)
+        self.journal = journal_for(self.backend)
+        if repair:
+            for outcome in self.journal.repair(self.backend):
+                if outcome.action in ("restored", "failed", "changed-since"):
+                    self.repairs.append(outcome.message)
+                    warnings.warn(f"gpuenergy: {outcome.message}", PowerLimitWarning, stacklevel=2)
+        self.limits = {gpu.uuid: gpu.limits() for gpu in self.gpus}
+
+    def finish(self) -> list[str]:
+        """Restore anything still capped (a safety net behind the fixture); returns problems."""
+        problems = []
+        for capper in self._cappers:
+            try:
+                capper.restore()
+            except LimitRestoreError as exc:
+                problems.append(str(exc))
+        self._cappers.clear()
+        if self.backend is not None:
+            self.backend.close()
+        return problems
+
+    # -- what the fixtures use -----------------------------------------------------------------
+    def header_lines(self) -> list[str]:
+        if self.unavailable:
+            return [f"gpuenergy: unavailable: {self.unavailable}"]
+        backend = self._require_backend()
+        lines = [f"gpuenergy: backend {backend.name}: {backend.label}"]
+        for gpu in self.gpus:
+            limits = self.limits[gpu.uuid]
+            method = "energy counter" if gpu.has_energy_counter() else f"power sampling ({gpu.power_source})"
+            lines.append(
+                f"  GPU {gpu.index}: {gpu.name}, limit {limits.current_mw / 1000:g} W "
+                f"(default {limits.default_mw / 1000:g} W, range {limits.range_text()}), {method}"
+            )
+        caps = ", ".join(c.label for c in self.options.caps)
+        lines.append(f"  caps: {caps}" if caps else "  caps: none given, tests run at the current limit")
+        lines.extend(f"  repaired: {message}" for message in self.repairs)
+        return lines
+
+    def capper(self) -> PowerCapper:
+        backend = self._require_backend()
+        assert self.journal is not None
+        capper = PowerCapper(self.gpus, self.journal, backend.state_dir / "locks")
+        self._cappers.append(capper)
+        return capper
+
+    def release(self, capper: PowerCapper) -> None:
+        """Restore and forget a capper (raises ``LimitRestoreError`` if a GPU stays changed)."""
+        try:
+            capper.restore()
+        finally:
+            if capper in self._cappers:
+                self._cappers.remove(capper)
+
+    def cap_context(self) -> CapContext | None:
+        cap = self.active_cap
+        if cap is None:
+            return None
+        return CapContext(
+            label=cap.label,
+            requested_w={g.gpu_uuid: g.requested_w for g in cap.gpus},
+            enforced_w={g.gpu_uuid: g.enforced_w for g in cap.gpus},
+            default_w={g.gpu_uuid: g.default_w for g in cap.gpus},
+        )
+
+    def meter(self, test_id: str, *, compute_bound: float | None = None, min_time_s: float | None = None) -> EnergyMeter:
+        backend = self._require_backend()
+        return EnergyMeter(
+            backend,
+            self.gpus,
+            cap_context=self.cap_context,
+            compute_bound=compute_bound,
+            min_time_s=self.options.min_time_s if min_time_s is None else min_time_s,
+            on_result=lambda result: self.record(test_id, result),
+        )
+
+    def begin_call(self, test_id: str) -> None:
+        """A (re)call of the test starts: its regions are numbered from the first again."""
+        self._regions_in_call[test_id] = 0
+
+    def record(self, test_id: str, result: EnergyResult) -> None:
+        number = self._regions_in_call.get(test_id, 0) + 1
+        self._regions_in_call[test_id] = number
+        case_id = test_id if number == 1 else f"{test_id}#{number}"
+        self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(result)
+
+    def cases_of(self, test_id: str) -> list[CaseRecord]:
+        return [c for key, c in self.cases.items() if key == test_id or key.startswith(test_id + "#")]
+
+    # -- budgets -------------------------------------------------------------------------------
+    def budget_failures(self, test_id: str, budgets: Sequence[Budget]) -> list[str]:
+        """One line per GPU and region that misses its budget (empty when all pass)."""
+        if not budgets:
+            return []
+        cases = self.cases_of(test_id)
+        if not cases:
+            return [
+                "energy budget set but nothing was measured: use the energy_meter fixture "
+                "(`with energy_meter:` or energy_meter.measure(fn))"
+            ]
+        lines = []
+        for case in cases:
+            for gpu in case.merged.per_gpu:
+                line = self._check_gpu(case.test_id, gpu, budgets)
+                if line:
+                    lines.append(line)
+        return lines
+
+    def _check_gpu(self, case_id: str, gpu: GpuResult, budgets: Sequence[Budget]) -> str | None:
+        limits = self.limits.get(gpu.gpu_uuid)
+        if limits is None:
+            return None
+        ran_at_mw = int(round(1000 * (gpu.limit_requested_w if gpu.limit_requested_w is not None else gpu.limit_enforced_w)))
+        budget = select_budget(budgets, gpu.gpu_name, ran_at_mw, limits)
+        if budget is None:
+            return None
+        misses = check_budget(budget, gpu.summary)
+        if not misses:
+            return None
+        origin = "simulated" if gpu.simulated else "measured"
+        region = f" [{case_id.rsplit('#', 1)[1]}. region]" if "#" in case_id.rsplit("::", 1)[-1] else ""
+        return (
+            f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)} "
+            f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap_label} "
+            f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)})"
+        )
+
+    def _require_backend(self) -> Backend:
+        if self.backend is None:
+            raise MeasurementError(self.unavailable or "the gpuenergy session has not started")
+        return self.backend

@@ -1,0 +1,106 @@
+"""Faults the simulated GPU can be told to have, so that failure paths are tested, not hoped for.
+
+``GPUENERGY_SIM_FAULTS`` holds a comma-separated list of ``NAME[@GPU][=CALLS]``:
+
+* ``GPU``   the index of the simulated GPU it applies to (default: every GPU);
+* ``CALLS`` which calls of that kind fail, counted from 1 per process and GPU: ``3`` (the third
+  and every later one), ``2-3`` (the second and third only), default every call.
+
+=====================  ==========================================================================
+``no_permission``      setting a limit raises ``NVMLError_NoPermission`` (not running as root)
+``no_counter``         the energy counter raises ``NVMLError_NotSupported`` (pre-Volta GPUs)
+``no_instant_power``   the instant-power field value is not supported
+``set_error``          setting a limit raises ``NVMLError_Unknown``
+``set_ignored``        setting a limit reports success and changes nothing
+``read_error``         energy, power and limit reads raise ``NVMLError_Unknown``
+``lost``               every call on the GPU raises ``NVMLError_GpuIsLost`` (the GPU fell off the bus)
+``counter_reset``      the energy counter restarts from 0 (a driver reload) at that read
+``counter_backwards``  the energy counter reads 1 J less than before at that read
+``counter_stuck``      the energy counter stops moving
+=====================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+FAULT_NAMES = (
+    "no_permission", "no_counter", "no_instant_power", "set_error", "set_ignored",
+    "read_error", "lost", "counter_reset", "counter_backwards", "counter_stuck",
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    gpu_index: int | None = None
+    first_call: int = 1
+    last_call: int | None = None
+
+    def covers(self, gpu_index: int, call_number: int) -> bool:
+        if self.gpu_index is not None and self.gpu_index != gpu_index:
+            return False
+        if call_number < self.first_call:
+            return False
+        return self.last_call is None or call_number <= self.last_call
+
+
+def parse_faults(text: str) -> tuple[Fault, ...]:
+    """Parse the ``GPUENERGY_SIM_FAULTS`` syntax; a malformed entry is a ValueError naming it."""
+    faults: list[Fault] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        head, _, calls = item.partition("=")
+        name, _, gpu = head.partition("@")
+        if name not in FAULT_NAMES:
+            raise ValueError(
+                f"unknown simulated fault {name!r} in GPUENERGY_SIM_FAULTS: choose from {', '.join(FAULT_NAMES)}"
+            )
+        try:
+            gpu_index = int(gpu) if gpu else None
+            first, last = _parse_calls(calls)
+        except ValueError:
+            raise ValueError(
+                f"malformed simulated fault {item!r}: write NAME[@GPU][=N or =N-M], e.g. set_error@0=2"
+            ) from None
+        faults.append(Fault(name, gpu_index, first, last))
+    return tuple(faults)
+
+
+def _parse_calls(calls: str) -> tuple[int, int | None]:
+    if not calls:
+        return 1, None
+    first_text, dash, last_text = calls.partition("-")
+    first = int(first_text)
+    last = int(last_text) if dash else None
+    if first < 1 or (last is not None and last < first):
+        raise ValueError(calls)
+    return first, last
+
+
+class FaultPlan:
+    """Decides, call by call, whether a fault fires; counts calls per (kind, GPU) in this process."""
+
+    def __init__(self, faults: tuple[Fault, ...] = ()) -> None:
+        self._faults = faults
+        self._calls: Counter[tuple[str, int]] = Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self._faults)
+
+    def fires(self, name: str, gpu_index: int, *, count: bool = True) -> bool:
+        """Whether fault ``name`` applies to this call; counts the call when ``count`` is set."""
+        relevant = [f for f in self._faults if f.name == name]
+        if not relevant:
+            return False
+        if count:
+            self._calls[(name, gpu_index)] += 1
+        number = max(self._calls[(name, gpu_index)], 1)
+        return any(f.covers(gpu_index, number) for f in relevant)
+
+    def has(self, name: str, gpu_index: int) -> bool:
+        """Whether ``name`` is configured for this GPU at all (a standing condition, not a call)."""
+        return any(f.name == name and f.gpu_index in (None, gpu_index) for f in self._faults)

@@ -1,0 +1,458 @@
+"""A simulated GPU that stands in for the NVML library itself.
+
+``SimulatedNvml`` has the pynvml functions the plugin uses, with the same names, arguments, units
+(mW, mJ, MHz) and error classes (pynvml's own ``NVMLError_*``), so the device code that drives a
+real GPU is exactly the code that runs in CI. What it adds is prefixed ``sim``: telling it which
+workload runs (``simSetWorkloadProfile``), waiting for its queued work (``simSynchronize``, the
+analogue of ``torch.cuda.synchronize``) and its exact energy integral (``simExactEnergyMj``,
+for accuracy benchmarks).
+
+How the simulated GPU advances (see ``dvfs`` for the power model):
+
+* The process's CPU work stands for GPU work. Between two calls, the CPU time the process used
+  (capped at the wall time) is the amount of full-speed GPU work launched. Like a real GPU the
+  simulated one executes it asynchronously: under a cap the work takes ``time_factor`` times as
+  long, the device falls behind the CPU, and ``simSynchronize`` sleeps until it has caught up, so
+  the caller's wall clock shows the slowdown as it would on real hardware.
+* While it has work the GPU draws its busy power for the operating point the governor picks under
+  the current limit; otherwise it draws idle power. Idle energy accrues with wall time even when
+  no process is attached, as on a real GPU.
+* The energy counter is published every ``counter_period_s`` (100 ms), instant power is the
+  average of a 25 ms window published every 100 ms, and ``nvmlDeviceGetPowerUsage`` averages 1 s
+  on Hopper: the plugin's meter has to cope with the same coarse readings as on real hardware.
+* Noise (``GPUENERGY_SIM_NOISE``, a coefficient of variation, seeded by ``GPUENERGY_SIM_SEED``)
+  multiplies the busy power by a factor drawn anew at each ``simSynchronize``, so each measured
+  region sees one draw.
+
+Several processes may share a simulated GPU: the limit and the committed energy live in its state
+file; each process commits its own energy at every synchronisation and at least once a second.
+Power readings show the idle power plus the reading process's own work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import os
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pynvml
+
+from .dvfs import DEFAULT_COMPUTE_BOUND, OperatingPoint, WorkloadProfile, operating_point
+from .faults import FaultPlan, parse_faults
+from .models import GpuSpec
+from .state import GpuState, GpuStateFile, default_state_dir, load_machine
+
+FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
+NOISE_ENV = "GPUENERGY_SIM_NOISE"
+SEED_ENV = "GPUENERGY_SIM_SEED"
+
+_HISTORY_S = 2.5          # power history kept for windowed averages (the longest window is 1 s)
+_COMMIT_PERIOD_S = 1.0   # besides every simSynchronize; file I/O costs the GIL (see state.py)
+_DRIVER_VERSION = "simulated"
+
+
+@dataclass(frozen=True)
+class SimDeviceHandle:
+    index: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """An interval [start, end] in which the device was busy from start to busy_end."""
+
+    start: float
+    busy_end: float
+    end: float
+    dynamic_w: float          # busy power above idle, noise included
+    dynamic_at_start_mj: float
+
+
+def _segment_start(segment: _Segment) -> float:
+    return segment.start
+
+
+def _nvml_error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+class _SimDevice:
+    """One simulated GPU as seen by this process."""
+
+    def __init__(self, owner: "SimulatedNvml", spec: GpuSpec, index: int, state_dir: Path) -> None:
+        self.owner = owner
+        self.spec = spec
+        self.index = index
+        self.state_file = GpuStateFile(state_dir, spec, index)
+        self.uuid = self.state_file.uuid
+        now_wall, now_cpu = owner.wall_clock(), owner.cpu_clock()
+        self.last_wall = now_wall
+        self.last_cpu = now_cpu
+        self.busy_until = now_wall
+        self.own_dynamic_mj = 0.0
+        self.own_committed_mj = 0.0
+        self.last_commit = now_wall
+        self.segments: deque[_Segment] = deque()
+        self.noise_factor = 1.0
+        self._rng = random.Random(f"{owner.seed}/{index}")
+        phase_rng = random.Random(self.uuid)
+        self.counter_phase_s = phase_rng.uniform(0, spec.counter_period_s)
+        self.power_phase_s = phase_rng.uniform(0, spec.power_publish_s)
+        self.stuck_value_mj: int | None = None
+        self.last_counter_mj: int | None = None
+        self._op_cache: dict[tuple[int, float], OperatingPoint] = {}
+
+    # -- the model ---------------------------------------------------------------------------
+    def operating_point(self, limit_mw: int) -> OperatingPoint:
+        key = (limit_mw, self.owner.profile.compute_bound)
+        if key not in self._op_cache:
+            self._op_cache[key] = operating_point(self.spec, self.owner.profile, limit_mw / 1000.0)
+        return self._op_cache[key]
+
+    def advance(self) -> GpuState:
+        """Account for the time and work since the last call; returns the current state."""
+        state = self.state_file.read()
+        now, cpu = self.owner.wall_clock(), self.owner.cpu_clock()
+        elapsed = now - self.last_wall
+        if elapsed <= 0:
+            return state
+        work_s = min(max(cpu - self.last_cpu, 0.0), elapsed) if self.index in self.owner.active else 0.0
+        point = self.operating_point(state.limit_mw)
+        if work_s > 0:
+            self.busy_until = max(self.busy_until, self.last_wall) + work_s * point.time_factor
+        busy_s = min(max(self.busy_until - self.last_wall, 0.0), elapsed)
+        dynamic_w = max(point.busy_power_w * self.noise_factor - self.spec.idle_w, 0.0)
+        self._append_segment(_Segment(self.last_wall, self.last_wall + busy_s, now, dynamic_w, self.own_dynamic_mj))
+        self.own_dynamic_mj += dynamic_w * busy_s * 1000.0
+        while self.segments and self.segments[0].end < now - _HISTORY_S:
+            self.segments.popleft()
+        self.last_wall, self.last_cpu = now, cpu
+        if now - self.last_commit >= _COMMIT_PERIOD_S:
+            state = self.commit()
+        return state
+
+    def _append_segment(self, new: _Segment) -> None:
+        """Append, merging with the previous segment where the busy-then-idle shape allows it."""
+        if self.segments:
+            last = self.segments[-1]
+            last_fully_busy = last.busy_end >= last.end and last.dynamic_w == new.dynamic_w
+            both_idle = last.busy_end <= last.start and new.busy_end <= new.start
+            if last_fully_busy or both_idle:
+                self.segments[-1] = replace(last, busy_end=new.busy_end if last_fully_busy else last.busy_end, end=new.end)
+                return
+        self.segments.append(new)
+
+    def commit(self) -> GpuState:
+        pending = self.own_dynamic_mj - self.own_committed_mj
+        self.last_commit = self.last_wall
+        if pending <= 0:
+            return self.state_file.read()
+        state = self.state_file.update(lambda s: replace(s, dynamic_mj=s.dynamic_mj + pending), durable=False)
+        self.own_committed_mj += pending
+        return state
+
+    def _own_dynamic_at(self, t: float) -> float:
+        segments = self.segments
+        if not segments or t >= segments[-1].end:
+            return self.own_dynamic_mj
+        if t <= segments[0].start:
+            return segments[0].dynamic_at_start_mj
+        seg = segments[bisect.bisect_right(segments, t, key=_segment_start) - 1]
+        busy_s = min(max(min(t, seg.busy_end) - seg.start, 0.0), seg.end - seg.start)
+        return seg.dynamic_at_start_mj + seg.dynamic_w * busy_s * 1000.0
+
+    def energy_mj_at(self, t: float, state: GpuState) -> float:
+        """The exact energy integral since the counter started, at wall time ``t`` (recent past)."""
+        idle_mj = self.spec.idle_w * (t - state.created_at) * 1000.0
+        others_mj = state.dynamic_mj - self.own_committed_mj
+        return idle_mj + others_mj + self._own_dynamic_at(t) - state.counter_offset_mj
+
+    @staticmethod
+    def last_tick(now: float, period_s: float, phase_s: float) -> float:
+        return phase_s + ((now - phase_s) // period_s) * period_s
+
+    def average_power_mw(self, window_s: float) -> int:
+        state = self.advance()
+        published = self.last_tick(self.last_wall, self.spec.power_publish_s, self.power_phase_s)
+        energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
+        return int(round(energy_mj / window_s))
+
+    def is_busy(self) -> bool:
+        return self.busy_until > self.last_wall
+
+    def new_noise_epoch(self) -> None:
+        cv = self.owner.noise_cv
+        self.noise_factor = max(0.5, 1.0 + cv * self._rng.gauss(0.0, 1.0)) if cv > 0 else 1.0
+
+
+class SimulatedNvml:
+    """Drop-in for the ``pynvml`` module: ``SimulatedNvml().nvmlDeviceGetCount()`` and so on."""
+
+    is_simulated = True
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        models: Sequence[str] | None = None,
+        faults: str | None = None,
+        noise_cv: float | None = None,
+        seed: int | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self._requested_models = tuple(models) if models is not None else None
+        self._faults_text = faults if faults is not None else os.environ.get(FAULTS_ENV, "")
+        self.noise_cv = noise_cv if noise_cv is not None else _env_float(NOISE_ENV, 0.0, low=0.0, high=0.5)
+        self.seed = seed if seed is not None else int(_env_float(SEED_ENV, 0, low=-2**31, high=2**31))
+        self.wall_clock = wall_clock
+        self.cpu_clock = cpu_clock
+        self.faults = FaultPlan(parse_faults(self._faults_text))
+        self.profile = WorkloadProfile(DEFAULT_COMPUTE_BOUND)
+        self.active: set[int] = set()
+        self._devices: list[_SimDevice] = []
+        self._init_count = 0
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name: str) -> Any:
+        # NVML_* constants and NVMLError_* classes come from pynvml itself.
+        if name.startswith("NVML"):
+            return getattr(pynvml, name)
+        raise AttributeError(name)
+
+    # -- library lifetime ----------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        with self._lock:
+            if self._init_count == 0:
+                specs = load_machine(self.state_dir, self._requested_models)
+                self._devices = [_SimDevice(self, spec, i, self.state_dir) for i, spec in enumerate(specs)]
+                self.active = set(range(len(self._devices)))
+                for device in self._devices:
+                    device.new_noise_epoch()
+                atexit.register(self._commit_all)
+            self._init_count += 1
+
+    def nvmlShutdown(self) -> None:
+        with self._lock:
+            self._require_init()
+            self._init_count -= 1
+            if self._init_count == 0:
+                self._commit_all()
+                atexit.unregister(self._commit_all)
+
+    def _commit_all(self) -> None:
+        with self._lock:
+            for device in self._devices:
+                device.advance()
+                device.commit()
+
+    def _require_init(self) -> None:
+        if self._init_count <= 0:
+            raise _nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _device(self, handle: SimDeviceHandle, fault_kind: str | None = None) -> _SimDevice:
+        self._require_init()
+        if not isinstance(handle, SimDeviceHandle) or not 0 <= handle.index < len(self._devices):
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        device = self._devices[handle.index]
+        if self.faults.fires("lost", device.index):
+            raise _nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fault_kind == "read" and self.faults.fires("read_error", device.index):
+            raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+        return device
+
+    # -- system and enumeration ----------------------------------------------------------------
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._require_init()
+        return _DRIVER_VERSION
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._require_init()
+        return len(self._devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> SimDeviceHandle:
+        self._require_init()
+        if not isinstance(index, int) or not 0 <= index < len(self._devices):
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return SimDeviceHandle(index, self._devices[index].uuid)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> SimDeviceHandle:
+        self._require_init()
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for device in self._devices:
+            if device.uuid == uuid:
+                return SimDeviceHandle(device.index, device.uuid)
+        raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetName(self, handle: SimDeviceHandle) -> str:
+        return self._device(handle).spec.name
+
+    def nvmlDeviceGetUUID(self, handle: SimDeviceHandle) -> str:
+        return self._device(handle).uuid
+
+    def nvmlDeviceGetIndex(self, handle: SimDeviceHandle) -> int:
+        return self._device(handle).index
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: SimDeviceHandle) -> tuple[int, int]:
+        return self._device(handle).spec.compute_capability
+
+    def nvmlDeviceGetMigMode(self, handle: SimDeviceHandle) -> list[int]:
+        self._device(handle)
+        return [pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE]
+
+    # -- power limits ------------------------------------------------------------------------
+    def nvmlDeviceGetPowerManagementLimit(self, handle: SimDeviceHandle) -> int:
+        with self._lock:
+            return self._device(handle, "read").state_file.read().limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimDeviceHandle) -> int:
+        return self.nvmlDeviceGetPowerManagementLimit(handle)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimDeviceHandle) -> int:
+        return int(self._device(handle).spec.default_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: SimDeviceHandle) -> list[int]:
+        spec = self._device(handle).spec
+        return [int(spec.min_limit_w * 1000), int(spec.max_limit_w * 1000)]
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: SimDeviceHandle, limit: int) -> None:
+        with self._lock:
+            device = self._device(handle)
+            if self.faults.fires("no_permission", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
+            if self.faults.fires("set_error", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+            low, high = self.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+            if not isinstance(limit, int) or not low <= limit <= high:
+                raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            if self.faults.fires("set_ignored", device.index):
+                return
+            device.advance()  # the energy so far was drawn under the old limit
+            device.state_file.update(lambda s: replace(s, limit_mw=limit))
+
+    # -- energy, power, clocks ---------------------------------------------------------------
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: SimDeviceHandle) -> int:
+        with self._lock:
+            device = self._device(handle, "read")
+            if self.faults.has("no_counter", device.index) or not device.spec.has_energy_counter:
+                raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return self._counter_reading(device)
+
+    def _counter_reading(self, device: _SimDevice) -> int:
+        state = device.advance()
+        if self.faults.fires("counter_reset", device.index):
+            exact = device.energy_mj_at(device.last_wall, state)
+            state = device.state_file.update(lambda s: replace(s, counter_offset_mj=s.counter_offset_mj + exact))
+        tick = device.last_tick(device.last_wall, device.spec.counter_period_s, device.counter_phase_s)
+        value = int(device.energy_mj_at(tick, state))
+        if self.faults.fires("counter_stuck", device.index, count=False):
+            device.stuck_value_mj = device.stuck_value_mj if device.stuck_value_mj is not None else value
+            value = device.stuck_value_mj
+        if self.faults.fires("counter_backwards", device.index) and device.last_counter_mj is not None:
+            value = max(device.last_counter_mj - 1000, 0)
+        device.last_counter_mj = value
+        return value
+
+    def nvmlDeviceGetPowerUsage(self, handle: SimDeviceHandle) -> int:
+        with self._lock:
+            device = self._device(handle, "read")
+            return device.average_power_mw(device.spec.power_usage_average_s)
+
+    def nvmlDeviceGetFieldValues(self, handle: SimDeviceHandle, field_ids: Sequence[int]) -> Any:
+        with self._lock:
+            device = self._device(handle, "read")
+            values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+            timestamp_us = int(device.owner.wall_clock() * 1e6)
+            for slot, field_id in zip(values, field_ids):
+                slot.fieldId = field_id
+                slot.timestamp = timestamp_us
+                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                supported = device.spec.has_instant_power and not self.faults.has("no_instant_power", device.index)
+                if field_id == pynvml.NVML_FI_DEV_POWER_INSTANT and supported:
+                    slot.value.uiVal = device.average_power_mw(device.spec.power_window_s)
+                    slot.nvmlReturn = pynvml.NVML_SUCCESS
+                elif field_id == pynvml.NVML_FI_DEV_POWER_AVERAGE and supported:
+                    slot.value.uiVal = device.average_power_mw(1.0)
+                    slot.nvmlReturn = pynvml.NVML_SUCCESS
+                else:
+                    slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            return values
+
+    def nvmlDeviceGetClockInfo(self, handle: SimDeviceHandle, clock_type: int) -> int:
+        with self._lock:
+            device = self._device(handle)
+            state = device.advance()
+            point = device.operating_point(state.limit_mw)
+            if clock_type == pynvml.NVML_CLOCK_MEM:
+                return int(point.mem_clock_mhz(device.spec) if device.is_busy() else device.spec.mem_clock_mhz)
+            if clock_type in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
+                return int(point.sm_clock_mhz(device.spec) if device.is_busy() else device.spec.sm_clock_idle_mhz)
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: SimDeviceHandle, clock_type: int) -> int:
+        spec = self._device(handle).spec
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return int(spec.mem_clock_mhz)
+        return int(spec.sm_clock_max_mhz)
+
+    # -- simulator-only extensions -------------------------------------------------------------
+    def simSetWorkloadProfile(self, compute_bound: float) -> None:
+        """Declare how compute-bound the work from now on is (1 = shader-bound, 0 = memory-bound)."""
+        with self._lock:
+            profile = WorkloadProfile(compute_bound)
+            for device in self._devices:
+                device.advance()  # work so far ran under the previous profile
+            self.profile = profile
+
+    def simUseDevices(self, indices: Sequence[int]) -> None:
+        """Which simulated GPUs this process's work runs on (default: all of them)."""
+        with self._lock:
+            self._require_init()
+            for device in self._devices:
+                device.advance()
+            self.active = {i for i in indices if 0 <= i < len(self._devices)}
+
+    def simSynchronize(self) -> None:
+        """Wait until the simulated GPUs have executed the work queued so far."""
+        with self._lock:
+            self._require_init()
+            for device in self._devices:
+                device.advance()
+            wait_s = max((d.busy_until for d in self._devices), default=0.0) - self.wall_clock()
+        if wait_s > 0:
+            time.sleep(wait_s)
+        with self._lock:
+            for device in self._devices:
+                device.advance()
+                device.commit()
+                device.new_noise_epoch()
+
+    def simExactEnergyMj(self, handle: SimDeviceHandle, wall_time: float | None = None) -> float:
+        """The model's exact energy integral (not quantised, not delayed) at ``wall_time``."""
+        with self._lock:
+            device = self._device(handle)
+            state = device.advance()
+            return device.energy_mj_at(device.last_wall if wall_time is None else wall_time, state)
+
+    def simWallClock(self) -> float:
+        return self.wall_clock()
+
+
+def _env_float(name: str, default: float, *, low: float, high: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name}={text!r} is outside [{low}, {high}]")
+    return value
