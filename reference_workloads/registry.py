@@ -1,0 +1,203 @@
+"""The registry of reference workloads and the generic training/inference loop they share.
+
+Each workload module (``reference_workloads/models/*.py``) subclasses :class:`Workload`, fills in
+four hooks (``make_model``, ``make_batch``, ``make_optimizer``, ``compute_loss``) and registers the
+class with :func:`register`.  Everything else (seeding, the fixed synthetic batch, the step loop)
+lives here, so that all nine workloads are measured the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import torch
+from torch import nn
+
+SIZES: tuple[str, ...] = ("tiny", "full")
+MODES: tuple[str, ...] = ("train", "infer")
+
+#: A workload's fixed batch: ``(inputs, targets)``; either part may itself be a tuple of tensors.
+Batch = tuple[Any, Any]
+
+# Per-step seeds are derived from the workload seed so that dropout masks and VAE noise repeat
+# run to run but differ from step to step.
+_STEP_SEED_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What the energy suite and the simulator need to know about a workload, without building it."""
+
+    name: str
+    description: str
+    compute_bound: float
+    fathom_batch: int
+    sizes: tuple[str, ...] = SIZES
+    modes: tuple[str, ...] = MODES
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.compute_bound <= 1.0:
+            raise ValueError(f"compute_bound must lie in [0, 1], got {self.compute_bound!r} for {self.name!r}")
+        if self.fathom_batch <= 0:
+            raise ValueError(f"fathom_batch must be positive, got {self.fathom_batch!r} for {self.name!r}")
+
+
+def check_choice(what: str, value: object, valid: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the bad value and listing the valid ones."""
+    if value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid {what}s: {', '.join(valid)}")
+
+
+def _to_device(data: Any, device: torch.device) -> Any:
+    """Move a (possibly nested) tuple of tensors to ``device``, keeping its structure and type."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, tuple):
+        moved = [_to_device(item, device) for item in data]
+        return type(data)(*moved) if hasattr(data, "_fields") else tuple(moved)
+    return data
+
+
+class Workload:
+    """One model, one size, one mode, on one device, with a fixed seeded synthetic batch.
+
+    Subclasses implement the hooks below.  ``step()`` is one optimiser step in ``"train"`` mode and
+    one forward pass under ``torch.inference_mode()`` in ``"infer"`` mode (the model is put in
+    ``eval()`` so that dropout is off and batch-norm statistics are frozen); both return the loss.
+    """
+
+    spec: ClassVar[WorkloadSpec]
+    #: Clip the global gradient norm to this value before each update (seq2seq: 5).
+    grad_clip_norm: ClassVar[float | None] = None
+    #: Whether a training step draws random numbers (dropout, the VAE's noise); such steps reseed
+    #: the global generator from the workload seed and the step index so that runs repeat.
+    stochastic_train_step: ClassVar[bool] = False
+
+    def __init__(self, size: str, mode: str, device: torch.device | str, seed: int) -> None:
+        check_choice("size", size, self.spec.sizes)
+        check_choice("mode", mode, self.spec.modes)
+        self.size = size
+        self.mode = mode
+        self.device = torch.device(device)
+        self.seed = seed
+        self._steps_done = 0
+        self.model: nn.Module = _seeded_model(type(self), size, seed).to(self.device)
+        self.model.train(mode == "train")
+        data_generator = torch.Generator().manual_seed(seed)
+        self._batch: Batch = _to_device(self.make_batch(data_generator), self.device)
+        self.optimizer: torch.optim.Optimizer | None = self.make_optimizer() if mode == "train" else None
+        self.setup()
+
+    # ----------------------------------------------------------------- hooks for subclasses
+    @classmethod
+    def make_model(cls, size: str) -> nn.Module:
+        """Build the network for ``size`` on the current default device (CPU, or meta for counting)."""
+        raise NotImplementedError
+
+    def make_batch(self, generator: torch.Generator) -> Batch:
+        """Generate the fixed synthetic ``(inputs, targets)`` batch on the CPU from ``generator``."""
+        raise NotImplementedError
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The optimiser of the paper / Fathom configuration for ``self.size``."""
+        raise NotImplementedError
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        """Forward pass and loss on ``batch`` (a scalar tensor)."""
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        """Extra state built after the model, batch and optimiser (the DQN's target network)."""
+
+    def after_update(self) -> None:
+        """Called after every optimiser step (the DQN syncs its target network here)."""
+
+    # ----------------------------------------------------------------- the public interface
+    def batch(self) -> Batch:
+        """The fixed, seeded synthetic batch ``(inputs, targets)`` this workload trains on."""
+        return self._batch
+
+    def step(self) -> float:
+        """One training step (forward, loss, backward, update) or one inference forward pass."""
+        if self.mode == "infer":
+            with torch.inference_mode():
+                loss = self.compute_loss(self._batch)
+        else:
+            loss = self._train_step()
+        self._steps_done += 1
+        return float(loss.item())
+
+    def run(self, steps: int) -> list[float]:
+        """``steps`` consecutive steps; the losses, in order."""
+        return [self.step() for _ in range(steps)]
+
+    # ----------------------------------------------------------------- internals
+    def _train_step(self) -> torch.Tensor:
+        assert self.optimizer is not None
+        if self.stochastic_train_step:
+            torch.manual_seed((self.seed * _STEP_SEED_STRIDE + self._steps_done) % 2**63)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.compute_loss(self._batch)
+        loss.backward()
+        if self.grad_clip_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip_norm)
+        self.optimizer.step()
+        self.after_update()
+        return loss.detach()
+
+    def __repr__(self) -> str:
+        return f"<Workload {self.spec.name} size={self.size} mode={self.mode} device={self.device}>"
+
+
+def _seeded_model(cls: type[Workload], size: str, seed: int) -> nn.Module:
+    """Build on the CPU with the global generator seeded, then restore it: same seed, same weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls.make_model(size)
+
+
+_REGISTRY: dict[str, type[Workload]] = {}
+
+
+def register(cls: type[Workload]) -> type[Workload]:
+    """Class decorator: add a workload to the registry (registration order is the listing order)."""
+    name = cls.spec.name
+    if name in _REGISTRY:
+        raise ValueError(f"workload {name!r} registered twice")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _workload_class(name: str) -> type[Workload]:
+    check_choice("workload", name, tuple(_REGISTRY))
+    return _REGISTRY[name]
+
+
+def list_workloads() -> list[WorkloadSpec]:
+    """The registered workloads' specs, in a stable order (Fathom's, then the transformer)."""
+    return [cls.spec for cls in _REGISTRY.values()]
+
+
+def build(name: str, size: str = "tiny", mode: str = "train", device: torch.device | str = "cpu",
+          seed: int = 0) -> Workload:
+    """Build a ready-to-step workload: seeded weights, a fixed seeded batch, its optimiser."""
+    cls = _workload_class(name)
+    check_choice("size", size, cls.spec.sizes)
+    check_choice("mode", mode, cls.spec.modes)
+    return cls(size, mode, device, seed)
+
+
+def build_model(name: str, size: str, device: torch.device | str = "meta", seed: int = 0) -> nn.Module:
+    """Just the network; on the meta device (the default) it costs no memory, for counting parameters."""
+    cls = _workload_class(name)
+    check_choice("size", size, cls.spec.sizes)
+    if torch.device(device).type == "meta":
+        with torch.device("meta"):
+            return cls.make_model(size)
+    return _seeded_model(cls, size, seed).to(device)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameter elements (buffers such as batch-norm statistics excluded)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
