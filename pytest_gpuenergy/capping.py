@@ -129,7 +129,7 @@ class GpuCap:
     max_w: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PowerCap:
     """What the ``gpu_power_cap`` fixture gives a test."""
 
@@ -157,6 +157,9 @@ class PowerCap:
     @property
     def gpu_name(self) -> str:
         return self.gpus[0].gpu_name
+
+    def __repr__(self) -> str:
+        return f"PowerCap({self})"
 
     def __str__(self) -> str:
         parts = [

@@ -12,7 +12,7 @@ import pytest
 from .budgets import Budget, BudgetError, budget_from_marker
 from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
 from .device import BACKEND_CHOICES
-from .errors import GpuEnergyError, LimitRestoreError
+from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
 from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
 from .reports.terminal import results_table
 from .session import EnergySession, SessionOptions
@@ -108,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
         # Installed but not asked for anything: only tests that use the fixtures fail.
         session.unavailable = str(exc)
+    for message in session.repairs:
+        config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)
     config.stash[SESSION_KEY] = session
 
 

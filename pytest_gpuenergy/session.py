@@ -7,14 +7,13 @@ a changed limit.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from .budgets import Budget, check_budget, select_budget
 from .capping import CapSpec, PowerCap, PowerCapper
 from .device import Backend, Gpu, PowerLimits, open_backend
-from .errors import LimitRestoreError, MeasurementError, PowerLimitWarning
+from .errors import LimitRestoreError, MeasurementError
 from .journal import Journal, journal_for
 from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from .results import EnergyResult, GpuResult
@@ -74,7 +73,6 @@ class EnergySession:
             for outcome in self.journal.repair(self.backend):
                 if outcome.action in ("restored", "failed", "changed-since"):
                     self.repairs.append(outcome.message)
-                    warnings.warn(f"gpuenergy: {outcome.message}", PowerLimitWarning, stacklevel=2)
         self.limits = {gpu.uuid: gpu.limits() for gpu in self.gpus}
 
     def finish(self) -> list[str]:

@@ -15,8 +15,11 @@
 ``read_error``         energy, power and limit reads raise ``NVMLError_Unknown``
 ``lost``               every call on the GPU raises ``NVMLError_GpuIsLost`` (the GPU fell off the bus)
 ``counter_reset``      the energy counter restarts from 0 (a driver reload) at that read
-``counter_backwards``  the energy counter reads 1 J less than before at that read
-``counter_stuck``      the energy counter stops moving
+``counter_backwards``  the energy counter reads 1 J less than before at those reads
+``counter_stuck``      the energy counter stops moving from that read on
+=====================  ==========================================================================
+
+The three ``counter_*`` faults count the same calls: reads of the energy counter.
 =====================  ==========================================================================
 """
 
@@ -91,15 +94,19 @@ class FaultPlan:
     def __bool__(self) -> bool:
         return bool(self._faults)
 
-    def fires(self, name: str, gpu_index: int, *, count: bool = True) -> bool:
-        """Whether fault ``name`` applies to this call; counts the call when ``count`` is set."""
-        relevant = [f for f in self._faults if f.name == name]
-        if not relevant:
+    def count(self, kind: str, gpu_index: int) -> int:
+        """Count one call of ``kind`` on a GPU; returns its number (from 1)."""
+        self._calls[(kind, gpu_index)] += 1
+        return self._calls[(kind, gpu_index)]
+
+    def active(self, name: str, gpu_index: int, call_number: int) -> bool:
+        return any(f.name == name and f.covers(gpu_index, call_number) for f in self._faults)
+
+    def fires(self, name: str, gpu_index: int) -> bool:
+        """Whether fault ``name`` applies to this call of its own kind (counted here)."""
+        if not any(f.name == name for f in self._faults):
             return False
-        if count:
-            self._calls[(name, gpu_index)] += 1
-        number = max(self._calls[(name, gpu_index)], 1)
-        return any(f.covers(gpu_index, number) for f in relevant)
+        return self.active(name, gpu_index, self.count(name, gpu_index))
 
     def has(self, name: str, gpu_index: int) -> bool:
         """Whether ``name`` is configured for this GPU at all (a standing condition, not a call)."""

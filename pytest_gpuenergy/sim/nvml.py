@@ -35,6 +35,7 @@ import atexit
 import bisect
 import os
 import random
+import sys
 import threading
 import time
 from collections import deque
@@ -47,7 +48,7 @@ import pynvml
 from .dvfs import DEFAULT_COMPUTE_BOUND, OperatingPoint, WorkloadProfile, operating_point
 from .faults import FaultPlan, parse_faults
 from .models import GpuSpec
-from .state import GpuState, GpuStateFile, default_state_dir, load_machine
+from .state import GpuState, GpuStateFile, SimStateError, default_state_dir, load_machine
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"
@@ -236,7 +237,7 @@ class SimulatedNvml:
                 self.active = set(range(len(self._devices)))
                 for device in self._devices:
                     device.new_noise_epoch()
-                atexit.register(self._commit_all)
+                atexit.register(self._commit_at_exit)
             self._init_count += 1
 
     def nvmlShutdown(self) -> None:
@@ -244,8 +245,14 @@ class SimulatedNvml:
             self._require_init()
             self._init_count -= 1
             if self._init_count == 0:
+                atexit.unregister(self._commit_at_exit)
                 self._commit_all()
-                atexit.unregister(self._commit_all)
+
+    def _commit_at_exit(self) -> None:
+        try:
+            self._commit_all()
+        except (SimStateError, OSError) as exc:
+            print(f"gpuenergy simulator: energy of this process not saved: {exc}", file=sys.stderr)
 
     def _commit_all(self) -> None:
         with self._lock:
@@ -347,15 +354,16 @@ class SimulatedNvml:
 
     def _counter_reading(self, device: _SimDevice) -> int:
         state = device.advance()
-        if self.faults.fires("counter_reset", device.index):
-            exact = device.energy_mj_at(device.last_wall, state)
-            state = device.state_file.update(lambda s: replace(s, counter_offset_mj=s.counter_offset_mj + exact))
         tick = device.last_tick(device.last_wall, device.spec.counter_period_s, device.counter_phase_s)
-        value = int(device.energy_mj_at(tick, state))
-        if self.faults.fires("counter_stuck", device.index, count=False):
+        read = self.faults.count("counter_read", device.index) if self.faults else 0
+        if read and self.faults.active("counter_reset", device.index, read):
+            published = device.energy_mj_at(tick, state)
+            state = device.state_file.update(lambda s: replace(s, counter_offset_mj=s.counter_offset_mj + published))
+        value = max(int(device.energy_mj_at(tick, state)), 0)
+        if read and self.faults.active("counter_stuck", device.index, read):
             device.stuck_value_mj = device.stuck_value_mj if device.stuck_value_mj is not None else value
             value = device.stuck_value_mj
-        if self.faults.fires("counter_backwards", device.index) and device.last_counter_mj is not None:
+        if read and self.faults.active("counter_backwards", device.index, read) and device.last_counter_mj is not None:
             value = max(device.last_counter_mj - 1000, 0)
         device.last_counter_mj = value
         return value

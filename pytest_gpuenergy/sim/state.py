@@ -108,7 +108,8 @@ class GpuStateFile:
         try:
             stat = self.path.stat()
         except FileNotFoundError:
-            return self._create()
+            with file_lock(self._lock_path):
+                return self._load_or_create()
         stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if self._cached is None or stamp != self._cached_stamp:
             self._cached = self._parse(self.path.read_text(encoding="utf-8"))
@@ -117,21 +118,22 @@ class GpuStateFile:
 
     def update(self, change: Callable[[GpuState], GpuState], *, durable: bool = True) -> GpuState:
         with file_lock(self._lock_path):
-            self._cached_stamp = None  # force a fresh read under the lock
-            new = change(self.read())
+            new = change(self._load_or_create())
             atomic_write_json(self.path, asdict(new), durable=durable)
-            self._cached_stamp = None
+            self._cached, self._cached_stamp = None, None
             return new
 
-    def _create(self) -> GpuState:
-        fresh = GpuState(
-            uuid=self.uuid, model=self.spec.key, index=self.index,
-            limit_mw=int(self.spec.default_limit_w * 1000), created_at=time.time(), dynamic_mj=0.0,
-        )
-        with file_lock(self._lock_path):
-            if not self.path.exists():
-                atomic_write_json(self.path, asdict(fresh))
-        return self.read()
+    def _load_or_create(self) -> GpuState:
+        """The state as on disk, created at the default limit if missing; the caller holds the lock."""
+        try:
+            return self._parse(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            fresh = GpuState(
+                uuid=self.uuid, model=self.spec.key, index=self.index,
+                limit_mw=int(self.spec.default_limit_w * 1000), created_at=time.time(), dynamic_mj=0.0,
+            )
+            atomic_write_json(self.path, asdict(fresh))
+            return fresh
 
     def _parse(self, text: str) -> GpuState:
         try:

@@ -1,0 +1,53 @@
+"""Shared helpers for the plugin's own tests.
+
+Every test that touches a simulated GPU gets a fresh state folder, so tests never see each
+other's limits or energy counters, and never touch the user's own simulated machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED")
+
+
+@pytest.fixture
+def sim_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private simulated machine (one H100 unless a test sets GPUENERGY_SIM_GPUS)."""
+    for name in SIM_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    state = tmp_path / "sim-state"
+    monkeypatch.setenv("GPUENERGY_SIM_STATE", str(state))
+    return state
+
+
+def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the ``gpuenergy`` command as a user would, in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuenergy.cli", *args], capture_output=True, text=True, timeout=60
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"gpuenergy {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def gpu_info(*extra: str) -> list[dict]:
+    """``gpuenergy info --json --gpu-backend=sim``, parsed."""
+    return json.loads(run_cli("info", "--json", "--gpu-backend=sim", *extra).stdout)
+
+
+def spin_source(seconds_name: str = "seconds") -> str:
+    """Source of a CPU-bound helper for test files written by pytester (CPU work = simulated GPU work)."""
+    return (
+        "import time\n"
+        f"def spin({seconds_name}):\n"
+        "    end = time.process_time() + " + seconds_name + "\n"
+        "    while time.process_time() < end:\n"
+        "        pass\n"
+    )

@@ -1,0 +1,245 @@
+"""The simulated GPU stands in for NVML: same calls, units and errors; state that outlives a process."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+import pynvml
+import pytest
+
+from pytest_gpuenergy.sim.faults import parse_faults
+from pytest_gpuenergy.sim.nvml import SimulatedNvml
+from pytest_gpuenergy.sim.state import SimStateError
+
+
+def spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+@pytest.fixture
+def nvml(sim_state):
+    lib = SimulatedNvml()
+    lib.nvmlInit()
+    yield lib
+    lib.nvmlShutdown()
+
+
+def test_it_answers_like_pynvml(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert nvml.nvmlDeviceGetCount() == 1
+    assert "H100" in nvml.nvmlDeviceGetName(handle) and "simulated" in nvml.nvmlDeviceGetName(handle)
+    assert nvml.nvmlDeviceGetUUID(handle).startswith("GPU-")
+    assert nvml.nvmlDeviceGetPowerManagementLimit(handle) == 700_000          # mW, an int
+    assert nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) == 700_000
+    assert nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle) == [200_000, 700_000]
+    assert isinstance(nvml.nvmlDeviceGetTotalEnergyConsumption(handle), int)  # mJ
+    field = nvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
+    assert field.nvmlReturn == pynvml.NVML_SUCCESS and 50_000 < field.value.uiVal < 800_000
+    assert nvml.NVML_FI_DEV_POWER_INSTANT == pynvml.NVML_FI_DEV_POWER_INSTANT  # constants pass through
+    assert nvml.nvmlDeviceGetHandleByUUID(nvml.nvmlDeviceGetUUID(handle)) == handle
+
+
+def test_errors_are_pynvmls_own_classes(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        nvml.nvmlDeviceSetPowerManagementLimit(handle, 900_000)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        nvml.nvmlDeviceGetHandleByIndex(3)
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        nvml.nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000")
+    fresh = SimulatedNvml()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        fresh.nvmlDeviceGetCount()
+
+
+def test_a_limit_outlives_the_process_that_set_it(nvml, sim_state):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.nvmlDeviceSetPowerManagementLimit(handle, 350_000)
+    script = (
+        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
+        "n = SimulatedNvml(); n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)\n"
+        "print(n.nvmlDeviceGetPowerManagementLimit(h)); n.nvmlDeviceSetPowerManagementLimit(h, 250000)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "350000"
+    time.sleep(0.06)  # the state file is re-read at most every 50 ms
+    assert nvml.nvmlDeviceGetPowerManagementLimit(handle) == 250_000
+
+
+def test_the_counter_is_published_every_100_ms(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    changes, last = [], nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    end = time.perf_counter() + 0.55
+    while time.perf_counter() < end:
+        value = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        assert value >= last
+        if value != last:
+            changes.append(time.perf_counter())
+            last = value
+        time.sleep(0.001)
+    gaps = [b - a for a, b in zip(changes, changes[1:])]
+    assert 4 <= len(changes) <= 6
+    assert statistics.median(gaps) == pytest.approx(0.1, abs=0.01)
+
+
+def test_idle_gpu_draws_idle_power_and_work_draws_more(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.simSynchronize()
+    t0, e0 = time.time(), nvml.simExactEnergyMj(handle)
+    time.sleep(0.3)
+    t1, e1 = time.time(), nvml.simExactEnergyMj(handle)
+    assert (e1 - e0) / 1000 / (t1 - t0) == pytest.approx(70.0, rel=0.05)   # H100 idle
+    spin(0.3)
+    nvml.simSynchronize()
+    t2, e2 = time.time(), nvml.simExactEnergyMj(handle)
+    assert (e2 - e1) / 1000 / (t2 - t1) > 400
+
+
+def test_a_lower_cap_slows_the_work_down_and_saves_energy(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    figures = {}
+    for limit_mw in (700_000, 200_000):
+        nvml.nvmlDeviceSetPowerManagementLimit(handle, limit_mw)
+        nvml.simSynchronize()
+        t0, e0 = time.perf_counter(), nvml.simExactEnergyMj(handle)
+        spin(0.25)
+        nvml.simSynchronize()
+        figures[limit_mw] = (time.perf_counter() - t0, nvml.simExactEnergyMj(handle) - e0)
+    assert figures[200_000][0] > 1.3 * figures[700_000][0]       # slower
+    assert figures[200_000][1] < 0.8 * figures[700_000][1]       # cheaper
+    nvml.simSetWorkloadProfile(0.3)
+    with pytest.raises(ValueError):
+        nvml.simSetWorkloadProfile(2.0)
+
+
+def test_seeded_noise_varies_regions_and_repeats(sim_state):
+    def energies(seed):
+        lib = SimulatedNvml(noise_cv=0.05, seed=seed)
+        lib.nvmlInit()
+        handle = lib.nvmlDeviceGetHandleByIndex(0)
+        out = []
+        for _ in range(6):
+            lib.simSynchronize()
+            e0 = lib.simExactEnergyMj(handle)
+            spin(0.03)
+            out.append(lib._devices[0].noise_factor)
+            lib.simSynchronize()
+            out[-1] = (out[-1], lib.simExactEnergyMj(handle) - e0)
+        lib.nvmlShutdown()
+        return out
+    first, again = energies(7), energies(7)
+    factors = [f for f, _ in first]
+    assert [f for f, _ in again] == factors          # seeded: the same draws
+    assert 0.01 < statistics.stdev(factors) < 0.12    # about the requested 5 %
+
+
+def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "V100,K80")
+    lib = SimulatedNvml()
+    lib.nvmlInit()
+    assert lib.nvmlDeviceGetCount() == 2
+    k80 = lib.nvmlDeviceGetHandleByIndex(1)
+    assert "K80" in lib.nvmlDeviceGetName(k80)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        lib.nvmlDeviceGetTotalEnergyConsumption(k80)
+    assert lib.nvmlDeviceGetFieldValues(k80, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert lib.nvmlDeviceGetPowerUsage(k80) == pytest.approx(25_000, rel=0.2)
+    lib.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("faults", "call", "error"),
+    [
+        ("no_permission", "set", pynvml.NVMLError_NoPermission),
+        ("set_error", "set", pynvml.NVMLError_Unknown),
+        ("no_counter", "energy", pynvml.NVMLError_NotSupported),
+        ("read_error", "energy", pynvml.NVMLError_Unknown),
+        ("lost=3", "energy", pynvml.NVMLError_GpuIsLost),
+    ],
+)
+def test_faults_raise_what_real_nvml_raises(sim_state, faults, call, error):
+    lib = SimulatedNvml(faults=faults)
+    lib.nvmlInit()
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(error):
+        if call == "set":
+            lib.nvmlDeviceSetPowerManagementLimit(handle, 300_000)
+        else:
+            for _ in range(3):
+                lib.nvmlDeviceGetTotalEnergyConsumption(handle)
+
+
+def test_fault_call_ranges_and_gpu_scope(sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
+    lib = SimulatedNvml(faults="set_error@1=2-2,set_ignored@0")
+    lib.nvmlInit()
+    h0, h1 = lib.nvmlDeviceGetHandleByIndex(0), lib.nvmlDeviceGetHandleByIndex(1)
+    lib.nvmlDeviceSetPowerManagementLimit(h0, 300_000)                 # ignored: reports success
+    assert lib.nvmlDeviceGetPowerManagementLimit(h0) == 700_000
+    lib.nvmlDeviceSetPowerManagementLimit(h1, 300_000)                 # 1st set on GPU 1: fine
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        lib.nvmlDeviceSetPowerManagementLimit(h1, 400_000)             # 2nd: fails
+    lib.nvmlDeviceSetPowerManagementLimit(h1, 700_000)                 # 3rd: fine again
+    assert lib.nvmlDeviceGetPowerManagementLimit(h1) == 700_000
+
+
+def test_counter_faults(sim_state):
+    lib = SimulatedNvml(faults="counter_reset=3,counter_stuck=5")
+    lib.nvmlInit()
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    first = lib.nvmlDeviceGetTotalEnergyConsumption(handle)
+    time.sleep(0.2)
+    assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) > first
+    assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) < 100   # reset: starts again from 0
+    time.sleep(0.15)
+    lib.nvmlDeviceGetTotalEnergyConsumption(handle)
+    stuck = lib.nvmlDeviceGetTotalEnergyConsumption(handle)
+    time.sleep(0.25)
+    assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) == stuck
+
+
+@pytest.mark.parametrize("text", ["bogus", "set_error=0", "set_error=3-2", "lost@x", "read_error=a"])
+def test_malformed_fault_specs_are_named(text):
+    with pytest.raises(ValueError, match="fault"):
+        parse_faults(text)
+
+
+def test_a_corrupt_state_file_is_a_clear_error(sim_state):
+    lib = SimulatedNvml()
+    lib.nvmlInit()
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    lib.nvmlDeviceGetPowerManagementLimit(handle)   # the state file exists from the first use
+    path = sim_state / "gpus" / f"{lib.nvmlDeviceGetUUID(handle)}.json"
+    path.write_text("{not json")
+    time.sleep(0.06)
+    with pytest.raises(SimStateError, match="corrupt") as caught:
+        lib.nvmlDeviceGetPowerManagementLimit(handle)
+    assert str(path) in str(caught.value) and "delete it" in str(caught.value)
+    path.unlink()
+    lib.nvmlShutdown()
+
+
+def test_energy_from_another_process_reaches_the_shared_counter(nvml):
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.simUseDevices([])          # this process does no work on the GPU
+    e0 = nvml.simExactEnergyMj(handle)
+    script = (
+        "import time\n"
+        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
+        "n = SimulatedNvml(); n.nvmlInit()\n"
+        "end = time.process_time() + 0.4\n"
+        "while time.process_time() < end: pass\n"
+        "n.simSynchronize(); n.nvmlShutdown()\n"
+    )
+    started = time.time()
+    subprocess.run([sys.executable, "-c", script], check=True)
+    elapsed = time.time() - started
+    time.sleep(0.06)
+    gained_j = (nvml.simExactEnergyMj(handle) - e0) / 1000
+    idle_only_j = 70 * elapsed
+    assert gained_j > idle_only_j + 0.4 * (646 - 70) * 0.8
