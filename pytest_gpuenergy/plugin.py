@@ -64,6 +64,8 @@ def _setting(config: pytest.Config, name: str) -> Any:
 
 def _parse_settings(config: pytest.Config) -> SessionOptions:
     caps_text = _setting(config, "gpu_caps")
+    if config.getoption("gpu_caps") == "":
+        caps_text = ""  # typed as --gpu-caps= with nothing after it: a mistake, not "no caps"
     try:
         caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
     except CapSyntaxError as exc:

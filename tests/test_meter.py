@@ -1,0 +1,126 @@
+"""The meter against the simulator's exact integral, and the physics the simulator promises."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_gpuenergy.capping import PowerCapper, parse_cap
+from pytest_gpuenergy.device import open_backend
+from pytest_gpuenergy.errors import MeasurementError
+from pytest_gpuenergy.journal import journal_for
+from pytest_gpuenergy.meter import EnergyMeter
+
+
+def spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+@pytest.fixture
+def backend(sim_state):
+    opened = open_backend("sim")
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize("faults", ["", "no_counter"])
+def test_measured_ets_matches_the_exact_integral(sim_state, monkeypatch, faults):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", faults)
+    backend = open_backend("sim")
+    gpu = backend.select(None)[0]
+    meter = EnergyMeter(backend, [gpu], clock=time.time)
+    meter.measure(spin, 0.05, repeat=1, warmup=1, min_time_s=0.05)   # learn the counter's cadence
+    errors = []
+    for _ in range(3):
+        region = {}
+
+        def work():
+            region["start"] = time.time()
+            spin(0.6)
+
+        with meter:
+            work()
+        result = meter.result
+        # The exact integral over exactly the meter's region (its edges are on time.time()).
+        t1 = region["start"] + result.time_s
+        t0 = t1 - result.time_s
+        exact_j = (backend.nvml.simExactEnergyMj(gpu.handle, t1) - backend.nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+        errors.append(abs(result.ets_j / exact_j - 1))
+    backend.close()
+    assert result.method == ("sampling" if faults else "counter")
+    assert sorted(errors)[1] < (0.05 if faults else 0.02)   # median of three, generous for a busy CI machine
+
+
+def test_twice_the_work_measures_about_twice_the_energy(backend):
+    meter = EnergyMeter(backend, backend.select(None))
+    meter.measure(spin, 0.05, warmup=1, min_time_s=0.05)
+    with meter:
+        spin(0.3)
+    once = meter.result.ets_j
+    with meter:
+        spin(0.6)
+    twice = meter.result.ets_j
+    assert twice / once == pytest.approx(2.0, rel=0.1)
+
+
+def measure_at(backend, gpus, cap_text, compute_bound):
+    with PowerCapper(gpus, journal_for(backend), backend.state_dir / "locks") as capper:
+        capper.apply(parse_cap(cap_text))
+        meter = EnergyMeter(backend, gpus, compute_bound=compute_bound)
+        return meter.measure(spin, 0.05, repeat=1, warmup=1, min_time_s=0.4)
+
+
+def test_a_low_cap_saves_energy_on_memory_bound_work_and_edp_has_an_interior_optimum(backend):
+    gpus = backend.select(None)
+    results = {cap: measure_at(backend, gpus, cap, 0.3) for cap in ("min", "40%", "60%", "default")}
+    energy = {cap: r.ets_j for cap, r in results.items()}
+    edp = {cap: r.edp_js for cap, r in results.items()}
+    assert energy["min"] < 0.9 * energy["default"]
+    assert results["min"].time_s > results["default"].time_s        # slower, but cheaper
+    best_edp = min(edp, key=edp.get)
+    assert best_edp in ("40%", "60%"), f"EDP by cap: {edp}"
+    assert gpus[0].current_limit_mw() == 700_000                   # every cap came back
+
+
+def test_a_counter_that_goes_backwards_gives_no_figure(sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "counter_backwards=4-4")
+    backend = open_backend("sim")
+    meter = EnergyMeter(backend, backend.select(None))
+    with pytest.raises(MeasurementError, match="went backwards"):
+        with meter:
+            spin(0.5)
+    backend.close()
+
+
+def test_a_stuck_counter_gives_no_figure(sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "counter_stuck=2")
+    backend = open_backend("sim")
+    meter = EnergyMeter(backend, backend.select(None))
+    with pytest.raises(MeasurementError, match="did not move"):
+        with meter:
+            spin(0.5)
+    backend.close()
+
+
+def test_a_block_that_raises_records_nothing(backend):
+    meter = EnergyMeter(backend, backend.select(None))
+    with pytest.raises(ZeroDivisionError):
+        with meter:
+            1 / 0
+    assert meter.results == []
+    with pytest.raises(MeasurementError, match="measured nothing yet"):
+        meter.result
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"repeat": 0}, "repeat must be a whole number >= 1"),
+    ({"warmup": -1}, "warmup must be a whole number >= 0"),
+    ({"min_time_s": -1}, "min_time_s must be a non-negative number"),
+])
+def test_measure_rejects_bad_arguments(backend, kwargs, message):
+    meter = EnergyMeter(backend, backend.select(None))
+    with pytest.raises(ValueError, match=message):
+        meter.measure(spin, 0.01, **kwargs)

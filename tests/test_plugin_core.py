@@ -1,0 +1,292 @@
+"""The plugin driven end to end the way a user drives it: a test file, pytest options, the CLI."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from conftest import gpu_info, spin_source
+
+MEASURED_TEST = spin_source() + textwrap.dedent(
+    """
+    def test_work(gpu_power_cap, energy_meter):
+        with energy_meter:
+            spin(0.25)
+        result = energy_meter.result
+        assert result.ets_j > 0 and result.time_s > 0
+        assert result.edp_js == pytest.approx(result.ets_j * result.time_s, rel=0.05)
+    """
+)
+
+
+def write(pytester: pytest.Pytester, source: str, name: str = "test_user") -> None:
+    pytester.makepyfile(**{name: "import pytest\n" + source})
+
+
+def test_three_caps_give_three_passing_simulated_cases(pytester, sim_state):
+    write(pytester, MEASURED_TEST)
+    result = pytester.runpytest("--gpu-caps=60%,80%,100%", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "gpuenergy: backend sim: simulated GPUs (no real measurement)",
+        "*GPU 0: NVIDIA H100 80GB HBM3 (simulated)*energy counter*",
+        "*test_work?60%? PASSED*",
+        "*test_work?80%? PASSED*",
+        "*test_work?100%? PASSED*",
+        "*test_work?60%?*60%*counter (sim)*",
+        "(sim): figures from the GPU simulator, not measured on a real GPU",
+    ])
+
+
+def test_caps_in_watts_and_names_have_readable_ids_and_duplicates_merge(pytester, sim_state):
+    write(pytester, "def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w\n")
+    result = pytester.runpytest("--gpu-caps=250,250W,min,max,default,100%", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_a?250W?", "*test_a?min?", "*test_a?max?", "*test_a?default?", "4 tests collected*"])
+
+
+def test_the_cap_value_tells_requested_enforced_and_gpu(pytester, sim_state):
+    write(pytester, textwrap.dedent(
+        """
+        def test_cap(gpu_power_cap):
+            assert gpu_power_cap.label == "60%"
+            assert gpu_power_cap.requested_w == 420.0
+            assert gpu_power_cap.enforced_w == 420.0
+            assert gpu_power_cap.previous_w == 700.0
+            assert "H100" in gpu_power_cap.gpu_name
+        """
+    ))
+    pytester.runpytest("--gpu-caps=60%").assert_outcomes(passed=1)
+
+
+def test_an_ini_option_works_like_the_flag(pytester, sim_state):
+    pytester.makeini("[pytest]\ngpu_caps = 300,min\ngpu_backend = sim\n")
+    write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
+    pytester.runpytest().assert_outcomes(passed=2)
+
+
+def test_without_caps_a_test_runs_once_and_changes_nothing(pytester, sim_state, monkeypatch):
+    # Any attempt to set a limit would fail: the run passes only if nothing is set.
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error")
+    write(pytester, MEASURED_TEST + textwrap.dedent(
+        """
+        def test_current(gpu_power_cap):
+            assert gpu_power_cap.label == "current" and not gpu_power_cap.changed
+            assert gpu_power_cap.requested_w is None and gpu_power_cap.enforced_w == 700.0
+        """
+    ))
+    result = pytester.runpytest("-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*caps: none given, tests run at the current limit*", "*::test_work PASSED*"])
+    assert not (sim_state / "journal").exists() or not any((sim_state / "journal").glob("GPU-*.json"))
+
+
+def test_a_marker_chooses_the_tests_own_caps(pytester, sim_state):
+    write(pytester, textwrap.dedent(
+        """
+        @pytest.mark.gpu_caps(300, "50%")
+        def test_own(gpu_power_cap):
+            assert gpu_power_cap.enforced_w in (300.0, 350.0)
+
+        def test_global(gpu_power_cap):
+            assert gpu_power_cap.enforced_w == 200.0
+        """
+    ))
+    result = pytester.runpytest("--gpu-caps=min", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_own?300W? PASSED*", "*test_own?50%? PASSED*", "*test_global?min? PASSED*"])
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "0", "1e9", "50%%", "", "150,,200", "nan", "300%", "inf"])
+def test_every_bad_cap_is_a_usage_error_naming_it(pytester, sim_state, bad):
+    write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
+    result = pytester.runpytest(f"--gpu-caps={bad}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpu-caps: *"])
+    shown = bad.split(",")[0] if bad.split(",")[0] else ""
+    assert shown in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_cap_outside_the_gpus_range_skips_with_the_range(pytester, sim_state):
+    write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
+    result = pytester.runpytest("--gpu-caps=150,300", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*cap 150W = 150 W is outside the allowed range 200-700 W of GPU 0*"])
+
+
+def test_no_permission_is_an_error_that_says_what_to_do(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "no_permission")
+    write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
+    result = pytester.runpytest("--gpu-caps=300")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "*not allowed to set the power limit of GPU 0*needs root (CAP_SYS_ADMIN)*drop --gpu-caps*"
+    ])
+    assert gpu_info()[0]["current_limit_w"] == 700.0
+
+
+def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pytester, sim_state):
+    write(pytester, spin_source() + textwrap.dedent(
+        """
+        @pytest.mark.energy_budget(ets=1.0)
+        def test_over(gpu_power_cap, energy_meter):
+            with energy_meter:
+                spin(0.25)
+
+        @pytest.mark.energy_budget(ets=1e6, edp=1e6, time=100)
+        def test_under(gpu_power_cap, energy_meter):
+            with energy_meter:
+                spin(0.25)
+        """
+    ))
+    result = pytester.runpytest("--gpu-caps=60%")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = [line for line in result.stdout.lines if line.startswith("energy budget exceeded")]
+    assert len(lines) == 1
+    assert lines[0].startswith("energy budget exceeded: ETS ")
+    for part in ("> budget 1 J (+", " %)", "on GPU 0 NVIDIA H100 80GB HBM3 (simulated)", "at cap 60%", "enforced 420 W", "simulated"):
+        assert part in lines[0]
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_the_most_specific_budget_wins(pytester, sim_state):
+    write(pytester, spin_source() + textwrap.dedent(
+        """
+        @pytest.mark.energy_budget(ets=1e6)                         # any GPU, any cap: would pass
+        @pytest.mark.energy_budget(cap=300, ets=1e6)                # cap only
+        @pytest.mark.energy_budget(gpu="h100", ets=1e6)             # GPU model: matches, case-insensitive
+        @pytest.mark.energy_budget(gpu="H100", cap="60%", ets=1.0)  # GPU and cap: the most specific
+        @pytest.mark.energy_budget(gpu="V100", cap="60%", ets=1.0)  # another GPU: never applies
+        def test_budgets(gpu_power_cap, energy_meter):
+            with energy_meter:
+                spin(0.2)
+        """
+    ))
+    result = pytester.runpytest("--gpu-caps=60%,300")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_budgets?60%? - energy budget exceeded*"])
+
+
+def test_a_budget_on_a_test_that_measured_nothing_fails(pytester, sim_state):
+    write(pytester, "@pytest.mark.energy_budget(ets=5)\ndef test_a(energy_meter):\n    pass\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*energy budget set but nothing was measured*"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("energy_budget(ets='lots')", "ets= must be a positive number of J, got 'lots'"),
+        ("energy_budget(energy=5)", "unknown argument(s) energy"),
+        ("energy_budget(gpu='H100')", "needs at least one of ets="),
+        ("energy_budget(ets=-1)", "must be a positive number"),
+        ("energy_budget(ets=5, cap='fast')", "'fast' is not a cap"),
+        ("energy_budget(5)", "keyword arguments only"),
+        ("energy(repeat=0)", "energy(repeat=) must be a whole number >= 1"),
+        ("energy(compute_bound=2)", "energy(compute_bound=) must be a number from 0"),
+    ],
+)
+def test_malformed_markers_are_errors_at_collection(pytester, sim_state, marker, message):
+    write(pytester, f"@pytest.mark.{marker}\ndef test_a(energy_meter):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "test_user.py::test_a" in result.stderr.str()
+    assert message in result.stderr.str()
+
+
+def test_a_bad_gpu_caps_marker_names_the_test(pytester, sim_state):
+    write(pytester, "@pytest.mark.gpu_caps('fast')\ndef test_a(gpu_power_cap):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret != 0
+    assert "test_a" in result.stdout.str() + result.stderr.str()
+    assert "gpu_caps: 'fast' is not a cap" in result.stdout.str() + result.stderr.str()
+
+
+def test_asking_for_nvml_without_a_gpu_is_a_usage_error(pytester, sim_state):
+    write(pytester, "def test_a():\n    pass\n")
+    result = pytester.runpytest("--gpu-backend=nvml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-backend=nvml: NVML*use --gpu-backend=sim*"])
+
+
+def test_gpu_selection_and_cuda_visible_devices(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
+    write(pytester, textwrap.dedent(
+        """
+        def test_a(gpu_power_cap):
+            assert [g.gpu_index for g in gpu_power_cap.gpus] == [1]
+            assert gpu_power_cap.enforced_w == 150.0
+        """
+    ))
+    pytester.runpytest("--gpus=1", "--gpu-caps=50%").assert_outcomes(passed=1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    pytester.runpytest("--gpu-caps=50%").assert_outcomes(passed=1)
+    result = pytester.runpytest("--gpus=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpus: no visible GPU matches '0'*"])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert [row["current_limit_w"] for row in gpu_info()] == [700.0, 300.0]
+
+
+def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "K80")
+    write(pytester, MEASURED_TEST + textwrap.dedent(
+        """
+        def test_method(energy_meter):
+            with energy_meter:
+                spin(0.3)
+            assert energy_meter.result.method == "sampling"
+            assert energy_meter.result.per_gpu[0].power_source == "usage"
+        """
+    ))
+    result = pytester.runpytest("-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*GPU 0: Tesla K80 (simulated)*power sampling (usage)*", "*sampling (sim)*"])
+
+
+def test_energy_repeat_calls_the_test_again_and_collects_every_repetition(pytester, sim_state):
+    write(pytester, spin_source() + textwrap.dedent(
+        """
+        CALLS = []
+
+        def test_rep(energy_meter):
+            CALLS.append(1)
+            with energy_meter:
+                spin(0.15)
+
+        @pytest.mark.energy(repeat=2)
+        def test_marker(energy_meter):
+            with energy_meter:
+                spin(0.15)
+
+        def test_count():
+            assert len(CALLS) == 3
+        """
+    ))
+    result = pytester.runpytest("--energy-repeat=3", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_rep *  3 *", "*test_marker *  2 *"])
+
+
+def test_a_short_with_block_is_warned_about(pytester, sim_state):
+    write(pytester, "def test_short(energy_meter):\n    with energy_meter:\n        pass\n")
+    result = pytester.runpytest("-W", "default")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*EnergyMeasurementWarning: the measured block took * ms, too short*measure(fn)*"])
+
+
+def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
+    write(pytester, spin_source() + textwrap.dedent(
+        """
+        def test_measure(energy_meter):
+            result = energy_meter.measure(spin, 0.01, repeat=3, warmup=1, min_time_s=0.3)
+            assert result.n == 3
+            assert all(rep.calls >= 25 for rep in result.repetitions)
+            assert result.time_s == pytest.approx(0.01, rel=0.3)      # per call
+            assert result.ets_std_j >= 0 and result.ets_cv < 0.2
+            assert not result.notes
+        """
+    ))
+    pytester.runpytest().assert_outcomes(passed=1)
