@@ -149,6 +149,7 @@ def _marker_caps(node: Any) -> list[CapSpec] | None:
     return parse_caps(list(args), source="gpu_caps")
 
 
+@pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the cap comes last in ids
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpu_power_cap" not in metafunc.fixturenames:
         return

@@ -1,0 +1,69 @@
+"""The energy suite's settings: which size of the workloads to run, and on which device.
+
+``pytest reference_workloads --gpu-caps=60%,80%,100%`` is the project's main job: every reference
+workload, in training and inference mode, at every cap, on the simulated GPU where there is no
+real one. ``--workload-size=full`` runs the papers' configurations (for a real GPU).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+BUDGETS_FILE = Path(__file__).with_name("budgets.json")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("reference workloads")
+    group.addoption("--workload-size", dest="workload_size", default=None, choices=("tiny", "full"),
+                    help="tiny (CPU seconds, the default) or full (the papers' configurations, for a GPU)")
+    group.addoption("--workload-device", dest="workload_device", default=None,
+                    help="torch device to run on (default: cuda where available, else cpu)")
+    parser.addini("workload_size", "default for --workload-size")
+    parser.addini("workload_device", "default for --workload-device")
+
+
+def _setting(config: pytest.Config, name: str, default: str) -> str:
+    return config.getoption(name) or config.getini(name) or default
+
+
+@pytest.fixture(scope="session")
+def workload_size(pytestconfig: pytest.Config) -> str:
+    size = _setting(pytestconfig, "workload_size", "tiny")
+    if size not in ("tiny", "full"):
+        raise pytest.UsageError(f"workload_size = {size!r}: choose tiny or full")
+    return size
+
+
+@pytest.fixture(scope="session")
+def workload_device(pytestconfig: pytest.Config) -> str:
+    import torch
+
+    return _setting(pytestconfig, "workload_device", "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_budgets(path: Path = BUDGETS_FILE) -> list[dict]:
+    """The budgets file's entries (see make_budgets.py, which writes it)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("format") != "pytest-gpuenergy-budgets" or data.get("version") != 1:
+        raise pytest.UsageError(f"{path} is not a version 1 budgets file: regenerate it with make_budgets.py")
+    return data["budgets"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each suite case the energy budgets recorded for its workload, mode and size."""
+    size = _setting(config, "workload_size", "tiny")
+    budgets = load_budgets() if BUDGETS_FILE.exists() else []
+    for item in items:
+        case = getattr(item, "callspec", None)
+        workload = case.params.get("workload") if case is not None else None
+        if not isinstance(workload, tuple):
+            continue
+        name, mode = workload
+        for entry in budgets:
+            if (entry["workload"], entry["mode"], entry["size"]) == (name, mode, size):
+                limits = {k: entry[k] for k in ("ets", "edp", "time") if entry.get(k) is not None}
+                item.add_marker(pytest.mark.energy_budget(gpu=entry["gpu"], cap=entry.get("cap"), **limits))
