@@ -4,7 +4,7 @@ A cap is resolved per GPU (60 % of an H100's 700 W default is 420 W, of a V100's
 180 W). Applying it follows one order, so that a crash at any point can be repaired:
 
 1. check every GPU's allowed range first (an out-of-range cap changes nothing and skips);
-2. take the GPU's cross-process lock (two tests never cap one GPU at the same time);
+2. take the GPUs' cross-process locks (two tests never cap one GPU at the same time);
 3. write the journal entry (UUID, previous limit) *before* touching the GPU;
 4. set the limit with NVML's v1 call and read back what the GPU enforces;
 5. on restore: set the exact previous limit (not the maximum), retrying transient errors, read
@@ -26,8 +26,8 @@ import pynvml
 
 from .device import Gpu, PowerLimits
 from .errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
-from .fileio import file_lock
 from .journal import Journal
+from .locks import holding, lock_paths
 
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0
@@ -223,8 +223,7 @@ class PowerCapper:
                     f"{limits[gpu.uuid].range_text()} of {gpu.label}"
                 )
             targets[gpu.uuid] = target
-        for gpu in sorted(self.gpus, key=lambda g: g.uuid):  # one order everywhere: no deadlock
-            self._locks.enter_context(file_lock(self.lock_folder / f"{gpu.uuid}.lock"))
+        self._locks.enter_context(holding(lock_paths(self.lock_folder, [g.uuid for g in self.gpus])))
         described = []
         try:
             for gpu in self.gpus:

@@ -127,6 +127,14 @@ class Gpu:
             self.power_mw()
         return self._power_source or "usage"
 
+    def processes(self) -> list[int]:
+        """PIDs of the processes NVML sees running on this GPU (empty where it cannot tell)."""
+        try:
+            found = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NoPermission):
+            return []
+        return sorted({int(p.pid) for p in found})
+
     def mig_enabled(self) -> bool:
         try:
             current, _pending = self.nvml.nvmlDeviceGetMigMode(self.handle)
@@ -153,6 +161,11 @@ class Backend:
     @property
     def label(self) -> str:
         return "simulated GPUs (no real measurement)" if self.simulated else f"NVML, driver {self.driver_version}"
+
+    @property
+    def lock_folder(self) -> Path:
+        """Where the per-GPU locks live (see ``locks.py``)."""
+        return self.state_dir / "locks"
 
     def select(self, spec: str | Sequence[str] | None) -> list[Gpu]:
         """The GPUs ``--gpus`` names (NVML indices as ``gpuenergy info`` prints them, or UUIDs)."""

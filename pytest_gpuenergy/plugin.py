@@ -13,6 +13,7 @@ from .budgets import Budget, BudgetError, budget_from_marker
 from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
 from .device import BACKEND_CHOICES
 from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from .locks import DEFAULT_TIMEOUT_S
 from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
 from .reports.terminal import results_table
 from .session import EnergySession, SessionOptions
@@ -53,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})")
     add("--energy-repeat", "energy_repeat",
         "calls of each measured test per case, for repeated samples (default 1)")
+    add("--energy-lock-timeout", "energy_lock_timeout",
+        f"seconds a test waits for a GPU another test session holds (default {DEFAULT_TIMEOUT_S:g})")
 
 
 def _setting(config: pytest.Config, name: str) -> Any:
@@ -79,6 +82,7 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
         gpus=_setting(config, "gpus"),
         min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0),
         repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1),
+        lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0),
     )
 
 
@@ -198,7 +202,22 @@ def _energy_settings(item: pytest.Item) -> dict:
 # -- fixtures --------------------------------------------------------------------------------------
 
 @pytest.fixture
-def gpu_power_cap(request: pytest.FixtureRequest) -> Iterator[PowerCap]:
+def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Holds the selected GPUs for the whole test (see ``EnergySession.lease``)."""
+    session = request.config.stash[SESSION_KEY]
+    lease = session.lease()
+    try:
+        lease.__enter__()
+    except GpuEnergyError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield
+    finally:
+        lease.__exit__(None, None, None)
+
+
+@pytest.fixture
+def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Iterator[PowerCap]:
     """Applies this case's power cap to the selected GPUs and restores the previous limit after.
 
     Without ``--gpu-caps`` (or a ``gpu_caps`` marker) nothing is changed and the value describes
@@ -230,7 +249,7 @@ def gpu_power_cap(request: pytest.FixtureRequest) -> Iterator[PowerCap]:
 
 
 @pytest.fixture
-def energy_meter(request: pytest.FixtureRequest) -> EnergyMeter:
+def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> EnergyMeter:
     """Measures ETS, T and EDP of a block (``with energy_meter:``) or of ``measure(fn)``."""
     session = request.config.stash[SESSION_KEY]
     settings = request.node.stash.get(_SETTINGS_KEY, {})

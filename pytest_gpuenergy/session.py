@@ -7,14 +7,16 @@ a changed limit.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .budgets import Budget, check_budget, select_budget
 from .capping import CapSpec, PowerCap, PowerCapper
 from .device import Backend, Gpu, PowerLimits, open_backend
 from .errors import LimitRestoreError, MeasurementError
 from .journal import Journal, journal_for
+from .locks import DEFAULT_TIMEOUT_S, holding, lock_paths
 from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from .results import EnergyResult, GpuResult
 
@@ -26,6 +28,7 @@ class SessionOptions:
     gpus: str | None = None
     min_time_s: float = DEFAULT_MIN_TIME_S
     repeat: int = 1
+    lock_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass
@@ -67,7 +70,7 @@ class EnergySession:
         """Open the backend and select GPUs; repair limits a dead run left changed."""
         self.backend = open_backend(self.options.backend)
         self.gpus = self.backend.select(self.options.gpus)
-        self.backend.use(self.gpus)
+        self.backend.use([])  # the process works on its GPUs only inside tests that hold them
         self.journal = journal_for(self.backend)
         if repair:
             for outcome in self.journal.repair(self.backend):
@@ -106,10 +109,22 @@ class EnergySession:
         lines.extend(f"  repaired: {message}" for message in self.repairs)
         return lines
 
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[None]:
+        """Hold the selected GPUs for one test: no other test, in any process, caps or measures
+        them meanwhile (so caps never clash and energy is never attributed to the wrong test)."""
+        backend = self._require_backend()
+        with holding(lock_paths(backend.lock_folder, [g.uuid for g in self.gpus]), timeout_s=self.options.lock_timeout_s):
+            backend.use(self.gpus)
+            try:
+                yield
+            finally:
+                backend.use([])
+
     def capper(self) -> PowerCapper:
         backend = self._require_backend()
         assert self.journal is not None
-        capper = PowerCapper(self.gpus, self.journal, backend.state_dir / "locks")
+        capper = PowerCapper(self.gpus, self.journal, backend.lock_folder)
         self._cappers.append(capper)
         return capper
 

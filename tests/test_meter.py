@@ -86,9 +86,11 @@ def test_a_low_cap_saves_energy_on_memory_bound_work_and_edp_has_an_interior_opt
 
 
 def test_a_counter_that_goes_backwards_gives_no_figure(sim_state, monkeypatch):
-    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "counter_backwards=4-4")
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "counter_backwards=3-6")
     backend = open_backend("sim")
     meter = EnergyMeter(backend, backend.select(None))
+    backend.select(None)[0].energy_mj()  # a fresh simulated GPU's counter starts at 0 here...
+    time.sleep(0.3)                      # ...and cannot go below 0: let it count a little first
     with pytest.raises(MeasurementError, match="went backwards"):
         with meter:
             spin(0.5)

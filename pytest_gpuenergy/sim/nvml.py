@@ -188,6 +188,10 @@ class _SimDevice:
     def is_busy(self) -> bool:
         return self.busy_until > self.last_wall
 
+    def process_marker(self, pid: int) -> Path:
+        """A file whose presence says that ``pid`` runs work on this GPU."""
+        return self.state_file.path.with_suffix(".procs") / str(pid)
+
     def new_noise_epoch(self) -> None:
         cv = self.owner.noise_cv
         self.noise_factor = max(0.5, 1.0 + cv * self._rng.gauss(0.0, 1.0)) if cv > 0 else 1.0
@@ -234,7 +238,7 @@ class SimulatedNvml:
             if self._init_count == 0:
                 specs = load_machine(self.state_dir, self._requested_models)
                 self._devices = [_SimDevice(self, spec, i, self.state_dir) for i, spec in enumerate(specs)]
-                self.active = set(range(len(self._devices)))
+                self._set_active(set(range(len(self._devices))))
                 for device in self._devices:
                     device.new_noise_epoch()
                 atexit.register(self._commit_at_exit)
@@ -259,6 +263,7 @@ class SimulatedNvml:
             for device in self._devices:
                 device.advance()
                 device.commit()
+            self._set_active(set())
 
     def _require_init(self) -> None:
         if self._init_count <= 0:
@@ -420,12 +425,34 @@ class SimulatedNvml:
             self.profile = profile
 
     def simUseDevices(self, indices: Sequence[int]) -> None:
-        """Which simulated GPUs this process's work runs on (default: all of them)."""
+        """Which simulated GPUs this process's work runs on (default: all of them).
+
+        While a process uses a GPU, NVML lists it among the GPU's running processes.
+        """
         with self._lock:
             self._require_init()
             for device in self._devices:
                 device.advance()
-            self.active = {i for i in indices if 0 <= i < len(self._devices)}
+            self._set_active({i for i in indices if 0 <= i < len(self._devices)})
+
+    def _set_active(self, indices: set[int]) -> None:
+        for device in self._devices:
+            marker = device.process_marker(os.getpid())
+            if device.index in indices:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            else:
+                marker.unlink(missing_ok=True)
+        self.active = indices
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: SimDeviceHandle) -> list:
+        device = self._device(handle)
+        running = []
+        for marker in device.process_marker(0).parent.glob("*"):
+            pid = int(marker.name) if marker.name.isdigit() else None
+            if pid is not None and _process_alive(pid):
+                running.append(pynvml.c_nvmlProcessInfo_v2_t(pid=pid, usedGpuMemory=0))
+        return running
 
     def simSynchronize(self) -> None:
         """Wait until the simulated GPUs have executed the work queued so far."""
@@ -451,6 +478,16 @@ class SimulatedNvml:
 
     def simWallClock(self) -> float:
         return self.wall_clock()
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _env_float(name: str, default: float, *, low: float, high: float) -> float:

@@ -1,0 +1,103 @@
+"""One lock per GPU, held across processes: tests that cap or measure a GPU never overlap.
+
+Two pytest-xdist workers (or two sessions) that want different caps on the same GPU must not
+run at the same time, and the energy one test measures must not include another test's work.
+The lock is an ``flock`` on a file per GPU UUID (the kernel drops it if the holder dies, so a
+killed run never leaves a GPU locked). Within a process it is reentrant: the fixture that holds
+a GPU for a whole test, the capper and the meter can all take it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .errors import GpuEnergyError
+
+DEFAULT_TIMEOUT_S = 3600.0
+_POLL_S = 0.05
+
+
+class GpuBusyError(GpuEnergyError):
+    """Another process held a GPU for longer than we were willing to wait."""
+
+
+class _Held:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.count = 1
+
+
+_registry: dict[Path, _Held] = {}
+_mutex = threading.Lock()
+
+
+def _acquire(path: Path, timeout_s: float) -> None:
+    with _mutex:
+        held = _registry.get(path)
+        if held is not None:
+            held.count += 1
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                owner = _owner(fd)
+                os.close(fd)
+                raise GpuBusyError(
+                    f"waited {timeout_s:g} s for the GPU lock {path.name} held by {owner}: another test session is "
+                    f"using that GPU; wait for it to finish, or select another GPU with --gpus"
+                ) from None
+            time.sleep(_POLL_S)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    with _mutex:
+        _registry[path] = _Held(fd)
+
+
+def _owner(fd: int) -> str:
+    try:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "an unknown process"
+    except OSError:
+        return "an unknown process"
+
+
+def _release(path: Path) -> None:
+    with _mutex:
+        held = _registry.get(path)
+        if held is None:
+            return
+        held.count -= 1
+        if held.count > 0:
+            return
+        del _registry[path]
+    fcntl.flock(held.fd, fcntl.LOCK_UN)
+    os.close(held.fd)
+
+
+@contextlib.contextmanager
+def holding(paths: Iterable[Path], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[None]:
+    """Hold every lock in ``paths`` (taken in sorted order, so two holders cannot deadlock)."""
+    taken: list[Path] = []
+    try:
+        for path in sorted(set(paths)):
+            _acquire(path, timeout_s)
+            taken.append(path)
+        yield
+    finally:
+        for path in reversed(taken):
+            _release(path)
+
+
+def lock_paths(folder: Path, uuids: Iterable[str]) -> list[Path]:
+    return [Path(folder) / f"{uuid}.lock" for uuid in uuids]
