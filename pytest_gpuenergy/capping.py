@@ -20,7 +20,7 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import pynvml
 
@@ -240,7 +240,7 @@ class PowerCapper:
         self.journal.record(gpu, previous, target_mw)
         self._applied.append(_Applied(gpu, previous, target_mw))
         try:
-            enforced = gpu.set_limit_mw(target_mw)
+            enforced = _with_retries(lambda: gpu.set_limit_mw(target_mw))
         except pynvml.NVMLError_NoPermission:
             raise CapPermissionError(
                 f"not allowed to set the power limit of {gpu.label}: NVML needs root (CAP_SYS_ADMIN) for "
@@ -297,9 +297,26 @@ class PowerCapper:
             raise LimitRestoreError("; ".join(failures))
 
 
+_T = TypeVar("_T")
+
+# Errors worth another try (a busy driver); others (no permission, bad argument) will not change.
+_TRANSIENT = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
+
+
+def _with_retries(action: Callable[[], _T]) -> _T:
+    for attempt in range(_RESTORE_ATTEMPTS):
+        try:
+            return action()
+        except _TRANSIENT:
+            if attempt == _RESTORE_ATTEMPTS - 1:
+                raise
+            time.sleep(_RESTORE_BACKOFF_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def _read_limits(gpu: Gpu) -> PowerLimits:
     try:
-        return gpu.limits()
+        return _with_retries(gpu.limits)
     except pynvml.NVMLError_GpuIsLost:
         raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
     except pynvml.NVMLError as exc:

@@ -5,6 +5,8 @@ Registered through the ``pytest11`` entry point, so installing the package enabl
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any, Iterator
 
 import pytest
@@ -21,6 +23,7 @@ from .session import EnergySession, SessionOptions
 SESSION_KEY = pytest.StashKey[EnergySession]()
 _BUDGETS_KEY = pytest.StashKey[list]()
 _SETTINGS_KEY = pytest.StashKey[dict]()
+_SIGNALS_KEY = pytest.StashKey[dict]()
 
 _MARKERS = (
     "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
@@ -117,9 +120,32 @@ def pytest_configure(config: pytest.Config) -> None:
     for message in session.repairs:
         config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)
     config.stash[SESSION_KEY] = session
+    _interrupt_on_termination(config)
+
+
+def _interrupt_on_termination(config: pytest.Config) -> None:
+    """Turn SIGTERM and SIGHUP into KeyboardInterrupt, so that fixtures tear down and caps come back.
+
+    By default both kill the process on the spot, leaving a GPU capped until the journal is
+    replayed. Only handlers nobody else installed are replaced; the old ones come back at the end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) in (signal.SIG_DFL, None):
+            previous[number] = signal.signal(number, _raise_interrupt)
+    config.stash[_SIGNALS_KEY] = previous
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received: pytest-gpuenergy restores the GPUs' limits and stops")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    for number, handler in config.stash.get(_SIGNALS_KEY, {}).items():
+        signal.signal(number, handler)
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
