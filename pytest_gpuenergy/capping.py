@@ -20,19 +20,17 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
 import pynvml
 
-from .device import Gpu, PowerLimits
+from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
 from .errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
 from .journal import Journal
 from .locks import holding, lock_paths
 
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0
-_RESTORE_ATTEMPTS = 4
-_RESTORE_BACKOFF_S = 0.2
 _NAMED = ("min", "max", "default")
 
 
@@ -240,7 +238,7 @@ class PowerCapper:
         self.journal.record(gpu, previous, target_mw)
         self._applied.append(_Applied(gpu, previous, target_mw))
         try:
-            enforced = _with_retries(lambda: gpu.set_limit_mw(target_mw))
+            enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw))
         except pynvml.NVMLError_NoPermission:
             raise CapPermissionError(
                 f"not allowed to set the power limit of {gpu.label}: NVML needs root (CAP_SYS_ADMIN) for "
@@ -297,26 +295,9 @@ class PowerCapper:
             raise LimitRestoreError("; ".join(failures))
 
 
-_T = TypeVar("_T")
-
-# Errors worth another try (a busy driver); others (no permission, bad argument) will not change.
-_TRANSIENT = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
-
-
-def _with_retries(action: Callable[[], _T]) -> _T:
-    for attempt in range(_RESTORE_ATTEMPTS):
-        try:
-            return action()
-        except _TRANSIENT:
-            if attempt == _RESTORE_ATTEMPTS - 1:
-                raise
-            time.sleep(_RESTORE_BACKOFF_S * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
 def _read_limits(gpu: Gpu) -> PowerLimits:
     try:
-        return _with_retries(gpu.limits)
+        return retry_transient(gpu.limits)
     except pynvml.NVMLError_GpuIsLost:
         raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
     except pynvml.NVMLError as exc:
@@ -326,9 +307,9 @@ def _read_limits(gpu: Gpu) -> PowerLimits:
 def _restore_one(applied: _Applied) -> str | None:
     gpu, previous = applied.gpu, applied.previous_mw
     last_problem = ""
-    for attempt in range(_RESTORE_ATTEMPTS):
+    for attempt in range(RETRY_ATTEMPTS):
         if attempt:
-            time.sleep(_RESTORE_BACKOFF_S * attempt)
+            time.sleep(RETRY_BACKOFF_S * attempt)
         try:
             if gpu.current_limit_mw() == previous or gpu.set_limit_mw(previous) == previous:
                 return None
@@ -338,6 +319,6 @@ def _restore_one(applied: _Applied) -> str | None:
         except pynvml.NVMLError as exc:
             last_problem = f"NVML: {exc}"
     return (
-        f"{gpu.label} could not be set back to {previous / 1000:g} W after {_RESTORE_ATTEMPTS} attempts "
+        f"{gpu.label} could not be set back to {previous / 1000:g} W after {RETRY_ATTEMPTS} attempts "
         f"({last_problem})"
     )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pynvml
 
@@ -19,6 +20,23 @@ from .errors import BackendUnavailable, GpuLostError, GpuSelectionError
 from .fileio import user_state_dir
 
 BACKEND_CHOICES = ("auto", "nvml", "sim")
+RETRY_ATTEMPTS = 4
+RETRY_BACKOFF_S = 0.2
+# Errors worth another try (a busy driver); others (no permission, bad argument) will not change.
+TRANSIENT_ERRORS = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
+_T = TypeVar("_T")
+
+
+def retry_transient(action: Callable[[], _T]) -> _T:
+    """``action()``, tried again with a growing pause after a transient NVML error."""
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            return action()
+        except TRANSIENT_ERRORS:
+            if attempt == RETRY_ATTEMPTS - 1:
+                raise
+            time.sleep(RETRY_BACKOFF_S * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _text(value: Any) -> str:

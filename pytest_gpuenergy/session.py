@@ -13,8 +13,10 @@ from typing import Iterator, Sequence
 
 from .budgets import Budget, check_budget, select_budget
 from .capping import CapSpec, PowerCap, PowerCapper
-from .device import Backend, Gpu, PowerLimits, open_backend
-from .errors import LimitRestoreError, MeasurementError
+import pynvml
+
+from .device import Backend, Gpu, PowerLimits, open_backend, retry_transient
+from .errors import GpuEnergyError, LimitRestoreError, MeasurementError
 from .journal import Journal, journal_for
 from .locks import DEFAULT_TIMEOUT_S, holding, lock_paths
 from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
@@ -68,6 +70,12 @@ class EnergySession:
     # -- lifetime ------------------------------------------------------------------------------
     def start(self, *, repair: bool = True) -> None:
         """Open the backend and select GPUs; repair limits a dead run left changed."""
+        try:
+            self._start(repair)
+        except pynvml.NVMLError as exc:
+            raise GpuEnergyError(f"reading the GPUs through {self.options.backend} NVML failed: {exc}") from None
+
+    def _start(self, repair: bool) -> None:
         self.backend = open_backend(self.options.backend)
         self.gpus = self.backend.select(self.options.gpus)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
@@ -76,7 +84,7 @@ class EnergySession:
             for outcome in self.journal.repair(self.backend):
                 if outcome.action in ("restored", "failed", "changed-since"):
                     self.repairs.append(outcome.message)
-        self.limits = {gpu.uuid: gpu.limits() for gpu in self.gpus}
+        self.limits = {gpu.uuid: retry_transient(gpu.limits) for gpu in self.gpus}
 
     def finish(self) -> list[str]:
         """Restore anything still capped (a safety net behind the fixture); returns problems."""
@@ -99,7 +107,10 @@ class EnergySession:
         lines = [f"gpuenergy: backend {backend.name}: {backend.label}"]
         for gpu in self.gpus:
             limits = self.limits[gpu.uuid]
-            method = "energy counter" if gpu.has_energy_counter() else f"power sampling ({gpu.power_source})"
+            try:
+                method = "energy counter" if gpu.has_energy_counter() else f"power sampling ({gpu.power_source})"
+            except pynvml.NVMLError as exc:
+                method = f"energy reading fails (NVML: {exc})"
             lines.append(
                 f"  GPU {gpu.index}: {gpu.name}, limit {limits.current_mw / 1000:g} W "
                 f"(default {limits.default_mw / 1000:g} W, range {limits.range_text()}), {method}"

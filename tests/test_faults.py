@@ -1,0 +1,241 @@
+"""Fault injection: whatever goes wrong, no GPU is left capped and no figure is silently wrong.
+
+Each test here is a row of the README's table "What happens when things go wrong".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import gpu_info, run_cli
+
+
+
+def limit_w() -> float:
+    return gpu_info()[0]["current_limit_w"]
+
+
+def no_journal(sim_state) -> bool:
+    return not list((sim_state / "journal").glob("GPU-*.json"))
+
+
+def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen:
+    """A pytest run in its own process, as a CI job would start it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+SLOW_CAPPED_TEST = textwrap.dedent(
+    """
+    import time, pathlib
+    def test_slow(gpu_power_cap):
+        pathlib.Path("capped").write_text(str(gpu_power_cap.enforced_w))
+        time.sleep(30)
+    """
+)
+
+
+def wait_for(path, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_terminated_run_restores_the_limit_before_it_exits(pytester, sim_state, signum):
+    pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
+    proc = start_pytest(pytester, "--gpu-caps=min")
+    wait_for(pytester.path / "capped")
+    assert limit_w() == 200.0
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "KeyboardInterrupt" in output
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+def test_a_sigkilled_run_is_repaired_by_the_next_session(pytester, sim_state):
+    pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
+    proc = start_pytest(pytester, "--gpu-caps=min")
+    wait_for(pytester.path / "capped")
+    proc.kill()
+    proc.wait(timeout=10)
+    assert limit_w() == 200.0 and not no_journal(sim_state)
+    pytester.makepyfile(test_slow="def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    result.stdout.fnmatch_lines(["*repaired: GPU 0*restored to 700 W*"])
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+def test_stopping_early_with_x_restores(pytester, sim_state):
+    pytester.makepyfile(test_x="def test_a(gpu_power_cap):\n    assert False\n\ndef test_b(gpu_power_cap):\n    pass\n")
+    result = pytester.runpytest_subprocess("--gpu-caps=250,300", "-x")
+    result.assert_outcomes(failed=1)
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+@pytest.mark.parametrize("method", ["signal", "thread"])
+def test_a_timeout_plugin_killing_the_test(pytester, sim_state, method):
+    pytester.makepyfile(test_t="import time\ndef test_hangs(gpu_power_cap):\n    time.sleep(30)\n")
+    result = pytester.runpytest_subprocess("--gpu-caps=min", "--timeout=1", f"--timeout-method={method}")
+    assert "Timeout" in result.stdout.str() + result.stderr.str()
+    if method == "signal":      # pytest-timeout fails the test; teardown runs
+        assert limit_w() == 700.0 and no_journal(sim_state)
+    else:                       # the thread method exits the process on the spot: the journal repairs it
+        assert limit_w() == 200.0
+        restored = run_cli("restore", "--gpu-backend=sim")
+        assert "restored to 700 W" in restored.stdout
+        assert limit_w() == 700.0
+
+
+def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
+    # GPU 1 falls off the bus after a few calls: the capped test on it errors clearly.
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "lost@1=12")
+    pytester.makepyfile(test_l=textwrap.dedent(
+        """
+        import time
+        def spin(s):
+            end = time.process_time() + s
+            while time.process_time() < end:
+                pass
+
+        def test_on_lost_gpu(gpu_power_cap, energy_meter):
+            with energy_meter:
+                spin(0.3)
+
+        def test_without_gpu():
+            assert True
+        """
+    ))
+    result = pytester.runpytest_subprocess("--gpu-caps=300")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1
+    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) >= 1
+    text = result.stdout.str()
+    assert "GPU 1" in text and "is lost" in text
+    assert "Traceback" not in text.split("short test summary")[-1]
+    monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
+    limits = [row["current_limit_w"] for row in gpu_info()]
+    assert limits[0] == 700.0                              # the healthy GPU came back
+    if limits[1] != 700.0:                                 # the lost one could not: it is named
+        assert "could not be set back" in text and "gpuenergy restore" in text
+
+
+def test_a_read_back_error_while_capping_is_retried(pytester, sim_state, monkeypatch):
+    # The limit reads around the first set fail once each: transient, so retried.
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error=2-2")
+    pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
+    pytester.runpytest_subprocess("--gpu-caps=300").assert_outcomes(passed=1)
+    monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
+    assert limit_w() == 700.0
+
+
+CONCURRENT_TESTS = textwrap.dedent(
+    """
+    import json, os, time, pytest
+
+    @pytest.mark.parametrize("n", range(4))
+    def test_capped(gpu_power_cap, n):
+        start = time.time()
+        time.sleep(0.2)
+        assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w   # nobody changed it meanwhile
+        with open("intervals.jsonl", "a") as log:
+            log.write(json.dumps([start, time.time(), os.getpid(), gpu_power_cap.label]) + "\\n")
+    """
+)
+
+
+def test_xdist_workers_never_cap_one_gpu_at_the_same_time(pytester, sim_state):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_c=CONCURRENT_TESTS)
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-caps=250,400")
+    result.assert_outcomes(passed=8)
+    import json
+
+    intervals = sorted(json.loads(line) for line in (pytester.path / "intervals.jsonl").read_text().splitlines())
+    assert len({pid for _, _, pid, _ in intervals}) == 2          # both workers ran tests
+    for (_, end, _, _), (start, _, _, _) in zip(intervals, intervals[1:]):
+        assert start >= end - 0.01, "two capped tests overlapped on one GPU"
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+def test_two_sessions_share_a_gpu_without_clashing(pytester, sim_state):
+    pytester.makepyfile(test_c=CONCURRENT_TESTS)
+    first = start_pytest(pytester, "--gpu-caps=250")
+    second = start_pytest(pytester, "--gpu-caps=400")
+    for proc in (first, second):
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, output
+    import json
+
+    intervals = sorted(json.loads(line) for line in (pytester.path / "intervals.jsonl").read_text().splitlines())
+    assert len(intervals) == 8
+    for (_, end, _, _), (start, _, _, _) in zip(intervals, intervals[1:]):
+        assert start >= end - 0.01
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester, sim_state):
+    pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
+    holder = start_pytest(pytester, "--gpu-caps=min")
+    wait_for(pytester.path / "capped")
+    try:
+        pytester.makepyfile(test_other="def test_o(gpu_power_cap):\n    pass\n")
+        result = pytester.runpytest_subprocess("test_other.py", "--energy-lock-timeout=0.5")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines(["*waited 0.5 s for the GPU lock*held by pid*another test session is using that GPU*"])
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        holder.communicate(timeout=30)
+    assert limit_w() == 700.0
+
+
+def test_another_process_on_the_gpu_is_named(pytester, sim_state):
+    hog = subprocess.Popen([sys.executable, "-c", textwrap.dedent(
+        """
+        import time
+        from pytest_gpuenergy.sim.nvml import SimulatedNvml
+        n = SimulatedNvml(); n.nvmlInit()
+        end = time.time() + 20
+        while time.time() < end:
+            pass
+        """
+    )])
+    try:
+        time.sleep(1.0)
+        pytester.makepyfile(test_s=textwrap.dedent(
+            """
+            import time
+            def test_shared(energy_meter):
+                with energy_meter:
+                    time.sleep(0.3)
+                assert any("also used by" in note for note in energy_meter.result.notes)
+            """
+        ))
+        pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error")
+    pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    pass\n")
+    capped = pytester.runpytest_subprocess("--gpu-caps=300")
+    assert capped.ret == pytest.ExitCode.USAGE_ERROR
+    assert "NVML failed: Unknown Error" in capped.stderr.str() and "INTERNALERROR" not in capped.stderr.str()
+    uncapped = pytester.runpytest_subprocess()
+    uncapped.assert_outcomes(errors=1)
+    uncapped.stdout.fnmatch_lines(["*gpuenergy: unavailable: *NVML failed: Unknown Error*"])
