@@ -80,8 +80,8 @@ def parse_cap(text: str, *, source: str = "--gpu-caps") -> CapSpec:
     if not _NUMBER.match(number.strip()):
         raise CapSyntaxError(f"{source}: {item!r} is not a cap; {hint}")
     value = float(number)
-    if not math.isfinite(value) or value <= 0:
-        raise CapSyntaxError(f"{source}: {item!r} is not a cap: it must be greater than zero; {hint}")
+    if not math.isfinite(value) or value < 1:
+        raise CapSyntaxError(f"{source}: {item!r} is not a cap: it must be at least 1 (W or %); {hint}")
     if percent and value > MAX_PLAUSIBLE_PERCENT:
         raise CapSyntaxError(
             f"{source}: {item!r} is more than {MAX_PLAUSIBLE_PERCENT:g}% of the default limit; {hint}"

@@ -83,23 +83,25 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
         backend=backend,
         caps=caps,
         gpus=_setting(config, "gpus"),
-        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0),
-        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1),
-        lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0),
+        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=3600.0),
+        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=10_000),
+        lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
     )
 
 
-def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float) -> Any:
+def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float, maximum: float) -> Any:
+    flag = "--" + name.replace("_", "-")
     text = _setting(config, name)
+    if text is None and config.getoption(name) == "":
+        text = ""  # typed with nothing after the '='
     if text is None:
         return default
-    flag = "--" + name.replace("_", "-")
     try:
         value = kind(str(text).strip())
     except ValueError:
         raise pytest.UsageError(f"{flag}={text!r} is not a {'whole ' if kind is int else ''}number") from None
-    if not value >= minimum or value != value:
-        raise pytest.UsageError(f"{flag}={text!r} must be at least {minimum:g}")
+    if not minimum <= value <= maximum:  # also rejects nan
+        raise pytest.UsageError(f"{flag}={text!r} must lie between {minimum:g} and {maximum:g}")
     return value
 
 
