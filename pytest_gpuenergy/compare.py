@@ -1,0 +1,579 @@
+"""Comparing a run with its baseline: per test, cap and GPU, is the change a regression beyond noise?
+
+The decision rule (the CI gate)
+-------------------------------
+For each case and metric (ETS, T, EDP) the repetitions of the baseline and of the new run are
+two samples. The **change** is the ratio of their means, new / old - 1, in per cent (the means
+are the figures the result tables show). A case **regresses** on a metric when
+
+1. the change is larger than the metric's threshold (``--energy-fail=ets:5%``), and
+2. the increase is real: the one-sided lower confidence bound of the ratio is above 1 (0 %),
+   at the stated confidence (default 99 %).
+
+An **improvement** is the mirror image (a decrease beyond the threshold whose upper bound is
+below 0 %). Anything else is **noise**. A metric without a threshold is reported with its change
+and interval but never gates: it reads ``increase``/``decrease`` when the change is real, else
+``noise``. With fewer than 2 repetitions on either side there is no spread to test against, so
+the threshold alone decides, and the result says so.
+
+The statistical test: Welch's t on the log of the ratio of means
+----------------------------------------------------------------
+``log(mean_new / mean_old)`` has, by the delta method, the standard error
+``sqrt(cv_old**2 / n_old + cv_new**2 / n_new)`` (``cv`` = sample standard deviation / mean),
+with the Welch-Satterthwaite degrees of freedom of those two terms. The bounds are
+``exp(log ratio -/+ t(confidence, df) * se) - 1``; each bound is one-sided at the stated
+confidence, so together they form a (2 x confidence - 1) two-sided interval (98 % for 99 %).
+
+Why this test:
+
+- Energy noise is multiplicative (a few per cent of the figure, whatever its size), so the
+  log scale makes the noise additive and the interval is one on the *ratio*, which is what a
+  "5 %" threshold talks about; it is always positive and centred on the reported change.
+- Welch's form does not assume equal spread: a new driver or a different cap changes it.
+- It works at the small sample sizes of GPU benchmarks (3 to 10 repetitions), where a
+  bootstrap interval is too narrow (it cannot see more spread than the few samples show) and
+  the Mann-Whitney U test cannot reach 99 % at all with 4 against 4 samples (its smallest
+  one-sided p-value is 1/70) and gives no interval on the ratio.
+- To first order in the CV it equals Welch's t-test on log-values (Welch 1947, Biometrika 34;
+  the delta method for a ratio of means, e.g. Casella & Berger, Statistical Inference, 5.5.4).
+  ``tests/test_compare.py`` checks by simulation that unchanged workloads with 2-5 % noise are
+  called real increases in about 1 % of comparisons at 99 %.
+
+The Student t quantile is computed here (regularised incomplete beta, DLMF 8.17.22), so the
+plugin does not depend on SciPy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from .storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
+
+METRICS = ("ets", "time", "edp")
+METRIC_FIELDS = {"ets": "ets_j", "time": "time_s", "edp": "edp_js"}
+METRIC_LABELS = {"ets": "ETS", "time": "T", "edp": "EDP"}
+METRIC_UNITS = {"ets": "J", "time": "s", "edp": "J s"}
+DEFAULT_CONFIDENCE = 0.99
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+NOISE = "noise"
+INCREASE = "increase"        # real, but the metric has no threshold: reported, not gated
+DECREASE = "decrease"
+UNDEFINED = "n/a"            # no ratio: a mean is zero or missing
+CHANGED = "changed"          # a case whose only real changes are in ungated metrics
+
+COMPARED = "compared"
+NEW = "new"
+MISSING = "missing"
+
+WELCH = "welch-log-ratio"
+THRESHOLD_ONLY = "threshold-only"
+
+_THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
+
+
+# -- thresholds ------------------------------------------------------------------------------------
+
+def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, float]:
+    """``"ets:5%,edp:10%,time:5%"`` -> ``{"ets": 5.0, "edp": 10.0, "time": 5.0}`` (per cent).
+
+    Every mistake names the item and the valid form, prefixed by ``source`` (the option).
+    """
+    form = f"write METRIC:PERCENT items separated by commas, METRIC one of {', '.join(METRICS)}, e.g. {source}=ets:5%,edp:10%"
+    if text is None or not str(text).strip():
+        raise ValueError(f"{source}: no threshold given; {form}")
+    thresholds: dict[str, float] = {}
+    for item in str(text).split(","):
+        match = _THRESHOLD_ITEM.fullmatch(item)
+        if not item.strip():
+            raise ValueError(f"{source}: empty item in {text!r}; {form}")
+        if match is None:
+            raise ValueError(f"{source}: {item.strip()!r} is not a threshold; {form}")
+        metric, number = match.group(1).lower(), float(match.group(2))
+        if metric not in METRICS:
+            raise ValueError(f"{source}: unknown metric {match.group(1)!r} in {item.strip()!r}; {form}")
+        if not math.isfinite(number) or number > 1000:
+            raise ValueError(f"{source}: {item.strip()!r}: a threshold is a percentage from 0 to 1000; {form}")
+        if metric in thresholds:
+            raise ValueError(f"{source}: {metric} is given twice in {text!r}; give each metric once")
+        thresholds[metric] = number
+    return thresholds
+
+
+def check_confidence(confidence: float, *, source: str = "confidence") -> float:
+    """A confidence level between 0.5 and 1 (exclusive); 99 % is written 0.99."""
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 < confidence < 1:
+        raise ValueError(f"{source}: {confidence!r} is not a confidence level; give a number between 0.5 and 1, e.g. 0.99")
+    return float(confidence)
+
+
+def _check_thresholds(thresholds: Mapping[str, float] | None) -> dict[str, float]:
+    result = dict(thresholds or {})
+    for metric, value in result.items():
+        if metric not in METRICS:
+            raise ValueError(f"thresholds: unknown metric {metric!r}; use {', '.join(METRICS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ValueError(f"thresholds: {metric}={value!r} must be a percentage >= 0")
+    return result
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MetricChange:
+    """One metric of one case: old and new mean, the change with its bounds, and the verdict."""
+
+    metric: str                    # "ets", "time" or "edp"
+    old_mean: float
+    new_mean: float
+    change_pct: float | None       # new/old - 1 in per cent; None when no ratio exists
+    ci_low_pct: float | None       # one-sided lower bound at `confidence`; None without a test
+    ci_high_pct: float | None      # one-sided upper bound at `confidence`
+    confidence: float
+    threshold_pct: float | None    # None: the metric is reported, not gated
+    verdict: str
+    reason: str
+    old_n: int = 0
+    new_n: int = 0
+    method: str = WELCH
+
+    @property
+    def label(self) -> str:
+        return METRIC_LABELS[self.metric]
+
+    @property
+    def gated(self) -> bool:
+        return self.threshold_pct is not None
+
+    def describe(self) -> str:
+        """``ETS regression: +30.0 % [+25.1 %, +35.2 %] ...`` for failure messages."""
+        return f"{self.label} {self.verdict}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    """One case (case id, cap, GPU) in both runs, in only the new one, or in only the old one."""
+
+    key: tuple[str, str, int]      # (case_id, cap label, GPU index)
+    test: str
+    cap: str
+    gpu_name: str
+    status: str                    # "compared", "new" or "missing"
+    metrics: tuple[MetricChange, ...]
+    verdict: str                   # regression, improvement, changed, noise, new, missing
+    old: CaseEntry | None = None
+    new: CaseEntry | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def case_id(self) -> str:
+        return self.key[0]
+
+    @property
+    def gpu_index(self) -> int:
+        return self.key[2]
+
+    @property
+    def simulated(self) -> bool:
+        return any(e is not None and e.simulated for e in (self.old, self.new))
+
+    def metric(self, name: str) -> MetricChange | None:
+        return next((m for m in self.metrics if m.metric == name), None)
+
+    @property
+    def regressed_metrics(self) -> tuple[MetricChange, ...]:
+        return tuple(m for m in self.metrics if m.verdict == REGRESSION)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a reader needs to know about one side of a comparison."""
+
+    run_id: str
+    created_at: datetime
+    backend: str
+    simulated: bool
+    gpu_model: str
+    host: str | None
+    driver: str | None
+    torch: str | None
+    cuda: str | None
+    commit: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, doc: RunDocument) -> "RunInfo":
+        machine = doc.machine
+        return cls(
+            run_id=doc.run_id, created_at=doc.created_at, backend=doc.backend, simulated=doc.simulated,
+            gpu_model=doc.gpu_model, host=machine.get("host"), driver=machine.get("driver"),
+            torch=machine.get("torch"), cuda=machine.get("cuda"), commit=doc.commit,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.run_id} ({self.created_at:%Y-%m-%d %H:%M} UTC, {commit_text(self.commit)}, "
+            f"{model_label(self.gpu_model, self.backend, self.simulated)})"
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A new run against its baseline: every case's comparison and what a reader must know."""
+
+    old_run_id: str | None
+    new_run_id: str
+    old_machine: RunInfo | None
+    new_machine: RunInfo
+    cases: tuple[CaseComparison, ...]
+    notes: tuple[str, ...]
+    comparable: bool
+    thresholds: dict[str, float] = field(default_factory=dict)
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @property
+    def regressions(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.verdict == REGRESSION]
+
+    @property
+    def improvements(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.verdict == IMPROVEMENT]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the gate fails: at least one regression beyond noise and threshold."""
+        return bool(self.regressions)
+
+    @property
+    def simulated(self) -> bool:
+        return self.new_machine.simulated or (self.old_machine is not None and self.old_machine.simulated)
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for case in self.cases:
+            counts[case.verdict] = counts.get(case.verdict, 0) + 1
+        return counts
+
+
+# -- the decision ----------------------------------------------------------------------------------
+
+def decide(
+    metric: str,
+    old: Sequence[float],
+    new: Sequence[float],
+    threshold_pct: float | None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> MetricChange:
+    """The verdict for one metric from the two runs' repetitions (see the module docstring)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; use {', '.join(METRICS)}")
+    if not old or not new:
+        raise ValueError(f"{metric}: both runs need at least one repetition")
+    old_mean, new_mean = statistics.fmean(old), statistics.fmean(new)
+    base = dict(metric=metric, old_mean=old_mean, new_mean=new_mean, confidence=confidence,
+                threshold_pct=threshold_pct, old_n=len(old), new_n=len(new))
+    if not (old_mean > 0 and new_mean > 0 and math.isfinite(old_mean) and math.isfinite(new_mean)):
+        return MetricChange(
+            **base, change_pct=None, ci_low_pct=None, ci_high_pct=None, verdict=UNDEFINED, method=THRESHOLD_ONLY,
+            reason=f"no ratio: the mean is {old_mean:.4g} in the baseline and {new_mean:.4g} now; both must be above 0",
+        )
+    change = 100.0 * (new_mean / old_mean - 1.0)
+    if min(len(old), len(new)) < 2:
+        return _threshold_only(base, change)
+    low, high = _log_ratio_bounds(old, new, old_mean, new_mean, confidence)
+    verdict, why = _verdict(change, low, high, threshold_pct, confidence)
+    text = f"{_pct(change)} [{_pct(low)}, {_pct(high)}] (bounds one-sided at {_conf(confidence)}, n={len(old)}/{len(new)}): {why}"
+    return MetricChange(**base, change_pct=change, ci_low_pct=low, ci_high_pct=high, verdict=verdict, reason=text)
+
+
+def _threshold_only(base: dict[str, Any], change: float) -> MetricChange:
+    threshold = base["threshold_pct"]
+    n_text = f"n={base['old_n']}/{base['new_n']}"
+    note = (f"threshold only: {n_text} repetitions, a statistical test needs at least 2 on each side "
+            f"(measure more: --energy-repeat or energy_meter.measure(repeat=))")
+    if threshold is None:
+        verdict, why = NOISE, "no threshold, reported only"
+    elif change > threshold:
+        verdict, why = REGRESSION, f"above the {threshold:g} % threshold"
+    elif change < -threshold:
+        verdict, why = IMPROVEMENT, f"below -{threshold:g} %"
+    else:
+        verdict, why = NOISE, f"within the {threshold:g} % threshold"
+    return MetricChange(**base, change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=verdict,
+                        method=THRESHOLD_ONLY, reason=f"{_pct(change)}: {why}; {note}")
+
+
+def _verdict(change: float, low: float, high: float, threshold: float | None, confidence: float) -> tuple[str, str]:
+    conf = _conf(confidence)
+    real_up, real_down = low > 0, high < 0
+    if threshold is None:
+        if real_up:
+            return INCREASE, f"a real increase at {conf} (not gated: no threshold for this metric)"
+        if real_down:
+            return DECREASE, f"a real decrease at {conf} (not gated: no threshold for this metric)"
+        return NOISE, f"within the noise at {conf} (not gated: no threshold for this metric)"
+    if change > threshold:
+        if real_up:
+            return REGRESSION, f"above the {threshold:g} % threshold and a real increase at {conf}"
+        return NOISE, f"above the {threshold:g} % threshold but not distinguishable from noise at {conf}"
+    if change < -threshold:
+        if real_down:
+            return IMPROVEMENT, f"below -{threshold:g} % and a real decrease at {conf}"
+        return NOISE, f"below -{threshold:g} % but not distinguishable from noise at {conf}"
+    return NOISE, f"within the {threshold:g} % threshold"
+
+
+def _log_ratio_bounds(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
+                      confidence: float) -> tuple[float, float]:
+    """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method)."""
+    var_old = (statistics.stdev(old) / old_mean) ** 2 / len(old)
+    var_new = (statistics.stdev(new) / new_mean) ** 2 / len(new)
+    log_ratio = math.log(new_mean / old_mean)
+    se = math.sqrt(var_old + var_new)
+    if se == 0.0:   # no spread at all (a deterministic simulation): the bounds are the point
+        return 100.0 * math.expm1(log_ratio), 100.0 * math.expm1(log_ratio)
+    df = (var_old + var_new) ** 2 / (var_old ** 2 / (len(old) - 1) + var_new ** 2 / (len(new) - 1))
+    half = student_t_ppf(confidence, df) * se
+    return 100.0 * math.expm1(log_ratio - half), 100.0 * math.expm1(log_ratio + half)
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1f} %"
+
+
+def _conf(confidence: float) -> str:
+    return f"{100 * confidence:g} % confidence"
+
+
+# -- Student's t, without SciPy ---------------------------------------------------------------------
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` (real, > 0) degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+@lru_cache(maxsize=1024)
+def student_t_ppf(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (0.5 < p < 1): Newton's method kept inside a bracket."""
+    if not 0.5 <= p < 1:
+        raise ValueError(f"student_t_ppf needs 0.5 <= p < 1, got {p}")
+    if p == 0.5:
+        return 0.0
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        low, high = high, high * 2.0
+    t = min(max(statistics.NormalDist().inv_cdf(p), low), high)
+    for _ in range(200):
+        error = student_t_cdf(t, df) - p
+        if error > 0:
+            high = t
+        else:
+            low = t
+        step = error / _student_t_pdf(t, df)
+        candidate = t - step
+        if not low < candidate < high:
+            candidate = 0.5 * (low + high)
+        if abs(candidate - t) <= 1e-13 * max(1.0, abs(t)):
+            return candidate
+        t = candidate
+    return t
+
+
+def _student_t_pdf(t: float, df: float) -> float:
+    log_pdf = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+               - (df + 1) / 2 * math.log1p(t * t / df))
+    return math.exp(log_pdf)
+
+
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction (DLMF 8.17.22).
+
+    ``y`` is 1 - x, passed in so that it keeps its precision when x is close to 1.
+    """
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):   # the fraction converges fast only below this point
+        return 1.0 - _betainc(b, a, y, x)
+    log_front = a * math.log(x) + b * math.log(y) - math.log(a) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    return math.exp(log_front) * _beta_fraction(a, b, x)
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """1 / (1 + d1 / (1 + d2 / (1 + ...))) by the modified Lentz method."""
+    tiny = 1e-300
+    value, c, d = tiny, tiny, 0.0
+    for i in range(1, 1000):
+        if i == 1:
+            numerator = 1.0
+        else:
+            m = i - 1                      # the coefficient d_m
+            k = m // 2
+            if m % 2:
+                numerator = -(a + k) * (a + b + k) * x / ((a + 2 * k) * (a + 2 * k + 1))
+            else:
+                numerator = k * (b - k) * x / ((a + 2 * k - 1) * (a + 2 * k))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        delta = c * d
+        value *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return value
+
+
+# -- comparing two documents -------------------------------------------------------------------------
+
+def compare_documents(
+    old: RunDocument,
+    new: RunDocument,
+    thresholds: Mapping[str, float] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Comparison:
+    """Compare ``new`` with its baseline ``old`` case by case.
+
+    Simulated and measured runs, or two GPU models, are never compared: the result then has
+    ``comparable=False``, no cases, and a note that says why (not an exception, so a session
+    can report it and carry on).
+    """
+    thresholds = _check_thresholds(thresholds)
+    confidence = check_confidence(confidence)
+    info_old, info_new = RunInfo.of(old), RunInfo.of(new)
+    refusal = _refusal(old, new)
+    if refusal:
+        return Comparison(old.run_id, new.run_id, info_old, info_new, (), (refusal,), False, thresholds, confidence)
+    cases = tuple(_compare_case(o, n, thresholds, confidence) for o, n in _pair_cases(old.cases, new.cases))
+    notes = tuple(_machine_notes(old, new))
+    return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
+
+
+def baseline_comparison(
+    store: RunStore,
+    new: RunDocument,
+    ref: str = LATEST,
+    thresholds: Mapping[str, float] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Comparison:
+    """``new`` against its baseline in ``store``: ``latest`` of its GPU model and backend, or ``ref``.
+
+    Without a saved run for the model every case is reported as new, with a note. A ``ref``
+    that names no run, or a corrupt baseline file, raises ``StorageError``.
+    """
+    if ref == LATEST:
+        runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
+        if not runs:
+            return no_baseline(new, f"no saved run for {new.gpu_model} ({new.backend}) in {store.folder}: "
+                                    f"every case is new; save a baseline with --energy-save",
+                               thresholds, confidence)
+        old = runs[-1]
+    else:
+        old = store.resolve(ref, new.backend, new.gpu_model)
+    return compare_documents(old, new, thresholds, confidence)
+
+
+def no_baseline(new: RunDocument, note: str, thresholds: Mapping[str, float] | None = None,
+                confidence: float = DEFAULT_CONFIDENCE) -> Comparison:
+    """A comparison without a baseline: every case new, and the note that says why."""
+    cases = tuple(_compare_case(None, entry, {}, confidence) for entry in new.cases)
+    return Comparison(None, new.run_id, None, RunInfo.of(new), cases, (note,), True,
+                      _check_thresholds(thresholds), check_confidence(confidence))
+
+
+def _refusal(old: RunDocument, new: RunDocument) -> str | None:
+    if old.simulated != new.simulated or old.backend != new.backend:
+        def side(doc: RunDocument) -> str:
+            return f"{doc.origin} ({doc.backend}, run {doc.run_id})"
+        return (
+            f"not compared: the baseline is {side(old)} and this run is {side(new)}; simulated and real "
+            f"measurements are never compared; compare runs of the same backend"
+        )
+    if old.gpu_model != new.gpu_model:
+        return (
+            f"not compared: different GPU models: the baseline ran on {old.gpu_model} (run {old.run_id}), this run on "
+            f"{new.gpu_model}; compare runs of the same GPU model"
+        )
+    return None
+
+
+def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tuple[CaseEntry | None, CaseEntry | None]]:
+    """Pairs by (case id, cap, GPU index); leftovers that match uniquely on (case id, cap) pair too.
+
+    The second rule covers a runner whose one GPU of the model has another index this time.
+    """
+    old_by_key = {entry.key: entry for entry in old}
+    new_keys = {entry.key for entry in new}
+    left_old = [e for e in old if e.key not in new_keys]
+    left_new = [e for e in new if e.key not in old_by_key]
+    loose: dict[int, CaseEntry] = {}     # id(new entry) -> its old partner
+    for entry in left_new:
+        same = [o for o in left_old if (o.case_id, o.cap) == (entry.case_id, entry.cap)]
+        peers = [n for n in left_new if (n.case_id, n.cap) == (entry.case_id, entry.cap)]
+        if len(same) == 1 and len(peers) == 1:
+            loose[id(entry)] = same[0]
+    used = {id(o) for o in loose.values()}
+    pairs: list[tuple[CaseEntry | None, CaseEntry | None]] = []
+    for entry in new:
+        pairs.append((old_by_key.get(entry.key) or loose.get(id(entry)), entry))
+    pairs.extend((entry, None) for entry in left_old if id(entry) not in used)
+    return pairs
+
+
+def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapping[str, float],
+                  confidence: float) -> CaseComparison:
+    entry = new or old
+    assert entry is not None
+    if old is None or new is None:
+        status = NEW if old is None else MISSING
+        return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
+    metrics = tuple(
+        decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence)
+        for m in METRICS
+    )
+    return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,
+                          _case_verdict(metrics), old, new, tuple(_case_notes(old, new)))
+
+
+def _case_verdict(metrics: Sequence[MetricChange]) -> str:
+    verdicts = {m.verdict for m in metrics}
+    for verdict in (REGRESSION, IMPROVEMENT):
+        if verdict in verdicts:
+            return verdict
+    return CHANGED if verdicts & {INCREASE, DECREASE} else NOISE
+
+
+def _case_notes(old: CaseEntry, new: CaseEntry) -> list[str]:
+    notes = []
+    if old.gpu_index != new.gpu_index:
+        notes.append(f"compared GPU {old.gpu_index} of the baseline with GPU {new.gpu_index} (same model)")
+    if abs(old.limit_enforced_w - new.limit_enforced_w) > 0.5:
+        notes.append(f"enforced limit differs: {old.limit_enforced_w:g} W in the baseline, {new.limit_enforced_w:g} W now")
+    if old.method != new.method:
+        notes.append(f"measured differently: {old.method} in the baseline, {new.method} now")
+    if min(len(old.repetitions), len(new.repetitions)) < 2:
+        notes.append("threshold only: fewer than 2 repetitions on a side")
+    return notes
+
+
+def _machine_notes(old: RunDocument, new: RunDocument) -> list[str]:
+    notes = []
+    for key, name in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch")):
+        before, after = old.machine.get(key), new.machine.get(key)
+        if before and after and before != after:
+            notes.append(f"{name} changed: {before} in the baseline, {after} now")
+    if old.created_at > new.created_at:
+        notes.append(f"the baseline ({old.run_id}) is newer than the run compared with it ({new.run_id}): check the order OLD NEW")
+    if new.commit and new.commit.get("dirty"):
+        notes.append("this run measured uncommitted changes (dirty working tree)")
+    return notes

@@ -1,0 +1,167 @@
+"""``gpuenergy compare OLD NEW`` and ``gpuenergy runs``: the CI gate outside pytest.
+
+``compare`` applies the same rule and thresholds as ``pytest --energy-compare --energy-fail``
+to two saved run documents and exits like the gate: 0 without a regression, 1 with one, 2 when
+the input is bad (a corrupt or foreign file, an unknown run id, a malformed threshold), with a
+one-line error that names the problem. ``cli.py`` registers both commands with
+``add_compare_commands(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from .compare import DEFAULT_CONFIDENCE, compare_documents, parse_thresholds
+from .fileio import atomic_write_text
+from .reports.comparison_table import comparison_lines
+from .reports.html import html_report
+from .reports.json_report import json_report
+from .reports.markdown import markdown_report
+from .reports.terminal import format_table
+from .storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, StorageError, commit_text
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def add_compare_commands(subparsers: Any) -> None:
+    """Add ``compare`` and ``runs`` to the ``gpuenergy`` parser's subcommands."""
+    compare = subparsers.add_parser(
+        "compare", help="compare two saved runs: per test and cap, the change and whether it is a regression",
+        description="Compare run NEW with baseline OLD case by case. Exit 0: no regression; 1: a regression "
+                    "beyond noise and threshold; 2: bad input.",
+    )
+    compare.add_argument("old", metavar="OLD",
+                         help="the baseline: a run document's path, a run id in --storage, or 'latest' "
+                              "(the newest run of NEW's GPU model saved before it)")
+    compare.add_argument("new", metavar="NEW", help="the run to check: a path or a run id")
+    compare.add_argument("--fail", metavar="THRESHOLDS",
+                         help="fail (exit 1) on a regression beyond these changes, e.g. ets:5%%,edp:10%%,time:5%%; "
+                              "without it changes are reported and nothing fails")
+    compare.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE,
+                         help="confidence that a change is real, one-sided (default 0.99; also 99%%)")
+    compare.add_argument("--storage", default=DEFAULT_STORAGE, metavar="DIR",
+                         help=f"where run ids are looked up (default {DEFAULT_STORAGE})")
+    compare.add_argument("--markdown", metavar="FILE", help="also write a Markdown report (- for standard output)")
+    compare.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
+    compare.add_argument("--json", metavar="FILE", help="also write a JSON report (- for standard output)")
+    compare.set_defaults(handler=cmd_compare)
+
+    runs = subparsers.add_parser("runs", help="list the saved runs: id, date, backend, GPU model, cases, commit")
+    runs.add_argument("--storage", default=DEFAULT_STORAGE, metavar="DIR",
+                      help=f"the storage folder (default {DEFAULT_STORAGE})")
+    runs.add_argument("--backend", help="only runs of this backend (nvml or sim)")
+    runs.add_argument("--gpu", metavar="MODEL", help="only runs of this GPU model (its exact name)")
+    runs.set_defaults(handler=cmd_runs)
+
+
+def _confidence(text: str) -> float:
+    """``0.99`` or ``99%``; argparse turns the ValueError into a usage error (exit 2)."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. 0.99 or 99%") from None
+    if not 0.5 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a confidence level between 0.5 and 1 (e.g. 0.99)")
+    return value
+
+
+# -- compare ---------------------------------------------------------------------------------------
+
+def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        thresholds = parse_thresholds(args.fail, source="--fail") if args.fail is not None else {}
+        store = RunStore(args.storage)
+        new = store.resolve(args.new)
+        old = _baseline(store, args.old, new)
+        comparison = compare_documents(old, new, thresholds, args.confidence)
+        writes = [
+            (args.markdown, lambda: markdown_report([new], comparison)),
+            (args.json, lambda: json_report([new], comparison)),
+            (args.html, lambda: html_report([new], comparison, baselines=[old])),
+        ]
+        texts = [(target, make()) for target, make in writes if target]
+    except (StorageError, ValueError) as exc:
+        return _error("compare", exc)
+    if "-" not in (args.markdown, args.json, args.html):   # a report on stdout is the whole output
+        for line in comparison_lines(comparison):
+            print(line, file=out)
+    for target, text in texts:
+        status = _write(target, text, out)
+        if status:
+            return status
+    return EXIT_REGRESSION if comparison.failed else EXIT_OK
+
+
+def _baseline(store: RunStore, ref: str, new: RunDocument) -> RunDocument:
+    """OLD as named; ``latest`` is the newest run of NEW's GPU model and backend saved before NEW."""
+    if ref != LATEST:
+        return store.resolve(ref)
+    earlier = [doc for doc in store.runs(new.backend, new.gpu_model)
+               if doc.run_id != new.run_id and doc.created_at <= new.created_at]
+    if not earlier:
+        raise StorageError(
+            f"OLD is 'latest' but {store.folder} holds no run of {new.gpu_model} ({new.backend}) before {new.run_id}; "
+            f"name the baseline's file or run id"
+        )
+    return earlier[-1]
+
+
+def _write(target: str, text: str, out: TextIO) -> int:
+    if target == "-":
+        out.write(text)
+        return EXIT_OK
+    try:
+        atomic_write_text(Path(target), text)
+    except OSError as exc:
+        return _error("compare", f"cannot write {target}: {exc.strerror or exc}; check the folder exists and is writable")
+    print(f"wrote {target}", file=out)
+    return EXIT_OK
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    store = RunStore(args.storage)
+    docs, problems = store.scan(args.backend, args.gpu)
+    if not docs and not problems:
+        print(f"no saved runs in {store.folder} (save one with: pytest --energy-save)", file=out)
+        return EXIT_OK
+    rows = [
+        [d.run_id, f"{d.created_at:%Y-%m-%d %H:%M}", d.backend + (" (simulated)" if d.simulated else ""),
+         d.gpu_model, str(len(d.cases)), commit_text(d.commit)]
+        for d in docs
+    ]
+    if rows:
+        for line in format_table(["run id", "date (UTC)", "backend", "GPU model", "cases", "commit"], rows, right=(4,)):
+            print(line, file=out)
+    for problem in problems:
+        print(f"gpuenergy runs: error: {problem}", file=sys.stderr)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def _error(command: str, problem: object) -> int:
+    print(f"gpuenergy {command}: error: {problem}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A parser with only these commands, for tests and for running this module on its own."""
+    parser = argparse.ArgumentParser(prog="gpuenergy")
+    add_compare_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
