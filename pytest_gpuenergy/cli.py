@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Sequence
 
+from .compare_cli import add_compare_commands
 from .device import BACKEND_CHOICES, Backend, open_backend
 from .errors import GpuEnergyError
 from .journal import JournalCorrupt, journal_for
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--force", action="store_true",
                          help="also restore GPUs whose capping process is still running")
     restore.set_defaults(handler=cmd_restore)
+
+    add_compare_commands(commands)  # compare, runs: they live with the comparison logic
     return parser
 
 

@@ -7,23 +7,30 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from .budgets import Budget, BudgetError, budget_from_marker
 from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
+from .compare import DEFAULT_CONFIDENCE, parse_thresholds
 from .device import BACKEND_CHOICES
 from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from .gate import EnergyGate, GateOptions, GateOutcome, step_summary_path
 from .locks import DEFAULT_TIMEOUT_S
 from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
 from .reports.terminal import results_table
 from .session import EnergySession, SessionOptions
+from .storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
 _BUDGETS_KEY = pytest.StashKey[list]()
 _SETTINGS_KEY = pytest.StashKey[dict]()
 _SIGNALS_KEY = pytest.StashKey[dict]()
+_GATE_KEY = pytest.StashKey[EnergyGate]()
+_OUTCOME_KEY = pytest.StashKey[GateOutcome]()
+_WORKER_OUTPUT = "gpuenergy_cases"
 
 _MARKERS = (
     "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
@@ -59,10 +66,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "calls of each measured test per case, for repeated samples (default 1)")
     add("--energy-lock-timeout", "energy_lock_timeout",
         f"seconds a test waits for a GPU another test session holds (default {DEFAULT_TIMEOUT_S:g})")
+    add("--energy-storage", "energy_storage",
+        f"folder of saved runs, the baselines (default {DEFAULT_STORAGE} in the rootdir)")
+    group.addoption("--energy-save", dest="energy_save", action="store_const", const=True, default=None,
+                    help="save this run's results as a new run document (the next baseline)")
+    parser.addini("energy_save", "save every run's results (as --energy-save)", type="bool")
+    add("--energy-compare", "energy_compare",
+        "compare with the latest saved run of the same GPU model and backend, or with run REF",
+        nargs="?", const=LATEST, metavar="REF")
+    add("--energy-fail", "energy_fail",
+        "fail the session on a regression beyond these changes, e.g. ets:5%,edp:10%,time:5% "
+        "(implies --energy-compare)")
+    add("--energy-confidence", "energy_confidence",
+        f"confidence that a change is real before it counts as a regression (default {DEFAULT_CONFIDENCE})")
+    add("--energy-markdown", "energy_markdown", "write a Markdown report to this file")
+    add("--energy-html", "energy_html", "write a self-contained HTML report with plots to this file")
+    add("--energy-json", "energy_json", "write a JSON report to this file")
 
 
 def _setting(config: pytest.Config, name: str) -> Any:
     value = config.getoption(name)
+    if value == "" and name != "gpu_caps":   # --gpu-caps= has its own message
+        raise pytest.UsageError(f"--{name.replace('_', '-')}= needs a value after the '='")
     if value is None:
         value = config.getini(name)
     return value if value not in ("", None, []) else None
@@ -92,8 +117,6 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
 def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float, maximum: float) -> Any:
     flag = "--" + name.replace("_", "-")
     text = _setting(config, name)
-    if text is None and config.getoption(name) == "":
-        text = ""  # typed with nothing after the '='
     if text is None:
         return default
     try:
@@ -105,12 +128,41 @@ def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, 
     return value
 
 
+def _gate_options(config: pytest.Config) -> GateOptions:
+    fail = _setting(config, "energy_fail")
+    try:
+        thresholds = parse_thresholds(fail) if fail is not None else {}
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    compare = _setting(config, "energy_compare")
+    if fail is not None and compare is None:
+        compare = LATEST
+    storage = Path(_setting(config, "energy_storage") or DEFAULT_STORAGE)
+
+    def report(name: str) -> Path | None:
+        value = _setting(config, name)
+        return Path(value) if value else None
+
+    return GateOptions(
+        storage=storage if storage.is_absolute() else config.rootpath / storage,
+        save=bool(_setting(config, "energy_save")),
+        compare=compare,
+        thresholds=thresholds,
+        confidence=_number_setting(config, "energy_confidence", float, DEFAULT_CONFIDENCE, minimum=0.5, maximum=0.9999),
+        markdown=report("energy_markdown"),
+        html=report("energy_html"),
+        json=report("energy_json"),
+        step_summary=step_summary_path(),
+    )
+
+
 # -- lifetime --------------------------------------------------------------------------------------
 
 def pytest_configure(config: pytest.Config) -> None:
     for marker in _MARKERS:
         config.addinivalue_line("markers", marker)
     options = _parse_settings(config)
+    gate_options = _gate_options(config)
     session = EnergySession(options)
     try:
         session.start(repair=not hasattr(config, "workerinput"))
@@ -122,6 +174,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for message in session.repairs:
         config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)
     config.stash[SESSION_KEY] = session
+    if not hasattr(config, "workerinput"):   # only the controller saves, compares and reports
+        gate = EnergyGate(gate_options)
+        if session.backend is not None:
+            try:
+                gate.check_baselines(session.backend.name, sorted({g.name for g in session.gpus}))
+            except GpuEnergyError as exc:
+                raise pytest.UsageError(f"--energy-compare: {exc}") from None
+        config.stash[_GATE_KEY] = gate
     _interrupt_on_termination(config)
 
 
@@ -314,11 +374,58 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = yield
     if report.when == "call" and report.passed:
         budgets: list[Budget] = item.stash.get(_BUDGETS_KEY, [])
-        failures = item.config.stash[SESSION_KEY].budget_failures(item.nodeid, budgets)
+        session = item.config.stash[SESSION_KEY]
+        failures = session.budget_failures(item.nodeid, budgets)
         if failures:
             report.outcome = "failed"
             report.longrepr = "\n".join(failures)
+        # junitxml writes the properties the item has when its teardown is reported
+        item.user_properties.extend(session.junit_properties(item.nodeid))
     return report
+
+
+# -- the end of the session: pytest-xdist workers hand their results to the controller --------------
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    energy = config.stash.get(SESSION_KEY, None)
+    if energy is None:
+        return
+    if hasattr(config, "workerinput"):
+        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()
+        return
+    gate = config.stash.get(_GATE_KEY, None)
+    if gate is None or energy.backend is None:
+        return
+    outcome = gate.finish(
+        [(case_id, record.merged) for case_id, record in sorted(energy.cases.items())],
+        machine=collect_machine_info(energy.backend, energy.gpus),
+        commit=collect_commit_info(config.rootpath),
+        run_options=_run_options(config, energy),
+    )
+    config.stash[_OUTCOME_KEY] = outcome
+    if outcome.failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: a worker finished; its measured cases join the controller's."""
+    exported = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
+    if exported:
+        node.config.stash[SESSION_KEY].import_cases(exported)
+
+
+def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
+    options = energy.options
+    return {
+        "gpu_backend": options.backend,
+        "gpu_caps": [c.label for c in options.caps],
+        "gpus": options.gpus,
+        "energy_repeat": options.repeat,
+        "energy_min_time": options.min_time_s,
+        "args": [str(a) for a in config.invocation_params.args],
+    }
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -328,3 +435,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("gpu energy")
     for line in results_table(session.cases.values()):
         terminalreporter.write_line(line)
+    outcome = config.stash.get(_OUTCOME_KEY, None)
+    if outcome is None:
+        return
+    for line in outcome.lines:
+        terminalreporter.write_line(line, red=line.startswith("REGRESSION"), bold=line.startswith("REGRESSION"))
+    for error in outcome.errors:
+        terminalreporter.write_line(f"gpuenergy: error: {error}", red=True, bold=True)

@@ -8,6 +8,7 @@ a changed limit.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
@@ -21,6 +22,7 @@ from .journal import Journal, journal_for
 from .locks import DEFAULT_TIMEOUT_S, holding, lock_paths
 from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from .results import EnergyResult, GpuResult
+from .storage import CaseEntry
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,35 @@ class EnergySession:
         self._regions_in_call[test_id] = number
         case_id = test_id if number == 1 else f"{test_id}#{number}"
         self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(result)
+
+    def export_cases(self) -> str:
+        """The cases as JSON, for a pytest-xdist worker to hand to the controller."""
+        return json.dumps([
+            [case_id, [CaseEntry.from_gpu_result(case_id, gpu).to_json() for gpu in record.merged.per_gpu]]
+            for case_id, record in self.cases.items()
+        ])
+
+    def import_cases(self, exported: str) -> None:
+        """Add a worker's cases (see ``export_cases``); a case id is never measured by two workers."""
+        for case_id, entries in json.loads(exported):
+            gpus = tuple(CaseEntry.from_json(entry, "a pytest-xdist worker's results").to_gpu_result() for entry in entries)
+            self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(EnergyResult(per_gpu=gpus))
+
+    def junit_properties(self, test_id: str) -> list[tuple[str, object]]:
+        """The figures of a test's cases, for ``--junitxml`` (one set per region and GPU)."""
+        properties: list[tuple[str, object]] = []
+        for case in self.cases_of(test_id):
+            for gpu in case.merged.per_gpu:
+                summary = gpu.summary
+                prefix = f"energy.gpu{gpu.gpu_index}" + (f".region{case.test_id.rsplit('#', 1)[1]}" if case.test_id != test_id else "")
+                properties += [
+                    (f"{prefix}.ets_j", round(summary.ets_j, 6)), (f"{prefix}.time_s", round(summary.time_s, 6)),
+                    (f"{prefix}.edp_js", round(summary.edp_js, 6)), (f"{prefix}.mean_power_w", round(summary.mean_power_w, 3)),
+                    (f"{prefix}.n", summary.n), (f"{prefix}.cap", gpu.cap_label),
+                    (f"{prefix}.limit_enforced_w", gpu.limit_enforced_w), (f"{prefix}.gpu", gpu.gpu_name),
+                    (f"{prefix}.method", gpu.method), (f"{prefix}.simulated", gpu.simulated),
+                ]
+        return properties
 
     def cases_of(self, test_id: str) -> list[CaseRecord]:
         return [c for key, c in self.cases.items() if key == test_id or key.startswith(test_id + "#")]

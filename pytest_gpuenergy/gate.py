@@ -1,0 +1,147 @@
+"""The end of a session: save the run, compare it with its baseline, write the reports.
+
+Plain Python (the pytest glue calls ``EnergyGate.finish``), so the same flow can run from a
+script. The order matters: compare before saving (a run is never its own baseline), and write
+nothing half: every file goes through ``fileio``'s atomic writes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .compare import DEFAULT_CONFIDENCE, Comparison, baseline_comparison
+from .fileio import atomic_write_text
+from .reports.comparison_table import comparison_lines, regression_lines
+from .reports.html import html_report
+from .reports.json_report import json_report
+from .reports.markdown import markdown_report
+from .results import EnergyResult
+from .storage import LATEST, RunDocument, RunStore, StorageError, build_documents
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    storage: Path
+    save: bool = False
+    compare: str | None = None                  # None: no comparison; "latest" or a run id/path
+    thresholds: dict[str, float] = field(default_factory=dict)
+    confidence: float = DEFAULT_CONFIDENCE
+    markdown: Path | None = None
+    html: Path | None = None
+    json: Path | None = None
+    step_summary: Path | None = None            # $GITHUB_STEP_SUMMARY: Markdown is appended there
+
+    @property
+    def active(self) -> bool:
+        return bool(self.save or self.compare or self.markdown or self.html or self.json or self.step_summary)
+
+
+@dataclass
+class GateOutcome:
+    documents: list[RunDocument] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)     # for the terminal, after the results table
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """A regression beyond noise and threshold, or a gate that could not do its job."""
+        return bool(self.errors) or any(c.failed for c in self.comparisons)
+
+
+class EnergyGate:
+    def __init__(self, options: GateOptions) -> None:
+        self.options = options
+        self.store = RunStore(options.storage)
+
+    def check_baselines(self, backend: str, gpu_models: Sequence[str]) -> None:
+        """Fail fast, before any test runs: a corrupt baseline or an unknown run id is an error now."""
+        if not self.options.compare:
+            return
+        for model in gpu_models:
+            if self.options.compare == LATEST:
+                self.store.runs(backend, model)   # raises StorageError naming a bad file
+            else:
+                self.store.resolve(self.options.compare, backend, model)
+
+    def finish(self, cases: Sequence[tuple[str, EnergyResult]], *, machine: dict[str, Any],
+               commit: dict[str, Any] | None, run_options: dict[str, Any]) -> GateOutcome:
+        outcome = GateOutcome()
+        if not cases:
+            if self.options.active:
+                outcome.lines.append("gpuenergy: nothing was measured: no run saved, nothing compared")
+            return outcome
+        outcome.documents = build_documents(cases, machine=machine, options=run_options, commit=commit)
+        try:
+            self._compare(outcome)
+            self._save(outcome)
+        except StorageError as exc:
+            outcome.errors.append(str(exc))
+        self._write_reports(outcome)
+        return outcome
+
+    def _compare(self, outcome: GateOutcome) -> None:
+        if not self.options.compare:
+            return
+        for doc in outcome.documents:
+            comparison = baseline_comparison(
+                self.store, doc, self.options.compare, self.options.thresholds, self.options.confidence
+            )
+            outcome.comparisons.append(comparison)
+            outcome.lines.extend(comparison_lines(comparison))
+        for comparison in outcome.comparisons:
+            outcome.lines.extend(regression_lines(comparison))
+
+    def _save(self, outcome: GateOutcome) -> None:
+        if not self.options.save:
+            return
+        for doc in outcome.documents:
+            path = self.store.save(doc)
+            outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
+
+    def _write_reports(self, outcome: GateOutcome) -> None:
+        docs, comparisons = outcome.documents, outcome.comparisons
+        baselines = self._baselines(comparisons)
+        writers = (
+            (self.options.markdown, lambda: markdown_report(docs, comparisons)),
+            (self.options.html, lambda: html_report(docs, comparisons, baselines=baselines)),
+            (self.options.json, lambda: json_report(docs, comparisons)),
+        )
+        for path, render in writers:
+            if path is not None:
+                self._write(outcome, path, render())
+        if self.options.step_summary is not None:
+            try:
+                with open(self.options.step_summary, "a", encoding="utf-8") as summary:
+                    summary.write(markdown_report(docs, comparisons) + "\n")
+            except OSError as exc:
+                outcome.errors.append(f"cannot append to ${STEP_SUMMARY_ENV} ({self.options.step_summary}): {exc}")
+
+    def _baselines(self, comparisons: Sequence[Comparison]) -> list[RunDocument]:
+        found = []
+        for comparison in comparisons:
+            if comparison.old_run_id and comparison.comparable:
+                try:
+                    found.append(self.store.resolve(comparison.old_run_id))
+                except StorageError:
+                    pass  # the comparison itself already read it; a report can do without
+        return found
+
+    @staticmethod
+    def _write(outcome: GateOutcome, path: Path, text: str) -> None:
+        try:
+            atomic_write_text(path, text)
+        except OSError as exc:
+            outcome.errors.append(f"cannot write the report {path}: {exc.strerror or exc}")
+            return
+        outcome.lines.append(f"gpuenergy: wrote {path}")
+
+
+def step_summary_path() -> Path | None:
+    value = os.environ.get(STEP_SUMMARY_ENV)
+    return Path(value) if value else None
