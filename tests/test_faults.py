@@ -239,3 +239,64 @@ def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, s
     uncapped = pytester.runpytest_subprocess()
     uncapped.assert_outcomes(errors=1)
     uncapped.stdout.fnmatch_lines(["*gpuenergy: unavailable: *NVML failed: Unknown Error*"])
+
+
+def test_a_transient_error_while_setting_a_cap_is_retried(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=1-2")
+    pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
+    pytester.runpytest_subprocess("--gpu-caps=300").assert_outcomes(passed=1)
+    monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
+    assert limit_w() == 700.0
+
+
+MEASURED = textwrap.dedent(
+    """
+    import time
+    def test_m(energy_meter):
+        with energy_meter:
+            end = time.process_time() + 0.15
+            while time.process_time() < end:
+                pass
+    """
+)
+
+
+def test_concurrent_saves_keep_both_runs(pytester, sim_state):
+    from pytest_gpuenergy.storage import RunStore
+
+    pytester.makepyfile(test_m=MEASURED)
+    runs = [start_pytest(pytester, "--energy-save") for _ in range(2)]
+    for proc in runs:
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, output
+    assert len(RunStore(pytester.path / ".energy").runs()) == 2
+
+
+def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
+    from pytest_gpuenergy.storage import RunStore
+
+    pytester.makepyfile(test_m=MEASURED)
+    pytester.runpytest_subprocess("--energy-save").assert_outcomes(passed=1)
+    (old,) = RunStore(pytester.path / ".energy").runs()
+    before = old.path.read_bytes()
+    # A conftest that makes the document's write hang once its bytes are in the temporary file.
+    pytester.makeconftest(textwrap.dedent(
+        """
+        import os, pathlib, time
+        real_fsync = os.fsync
+        def slow_fsync(fd):
+            if pathlib.Path(os.readlink(f"/proc/self/fd/{fd}")).name.endswith(".tmp"):
+                pathlib.Path("saving").write_text("now")
+                time.sleep(60)
+            real_fsync(fd)
+        def pytest_sessionfinish(session):
+            os.fsync = slow_fsync
+        """
+    ))
+    proc = start_pytest(pytester, "--energy-save")
+    wait_for(pytester.path / "saving", timeout_s=60)
+    proc.kill()
+    proc.wait(timeout=10)
+    store = RunStore(pytester.path / ".energy")
+    assert [doc.run_id for doc in store.runs()] == [old.run_id]   # the half-written run is not there
+    assert old.path.read_bytes() == before                          # and the old one is intact
