@@ -68,6 +68,9 @@ INCREASE = "increase"        # real, but the metric has no threshold: reported, 
 DECREASE = "decrease"
 UNDEFINED = "n/a"            # no ratio: a mean is zero or missing
 CHANGED = "changed"          # a case whose only real changes are in ungated metrics
+# An ungated metric is reported as changed only from this size on: a run-to-run drift of a few
+# tenths of a per cent (machine load, clocks) can be statistically real and still mean nothing.
+UNGATED_MIN_CHANGE_PCT = 2.0
 
 COMPARED = "compared"
 NEW = "new"
@@ -313,6 +316,8 @@ def _verdict(change: float, low: float, high: float, threshold: float | None, co
     conf = _conf(confidence)
     real_up, real_down = low > 0, high < 0
     if threshold is None:
+        if abs(change) < UNGATED_MIN_CHANGE_PCT:
+            return NOISE, f"under {UNGATED_MIN_CHANGE_PCT:g} % (not gated: no threshold for this metric)"
         if real_up:
             return INCREASE, f"a real increase at {conf} (not gated: no threshold for this metric)"
         if real_down:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from .compare import DEFAULT_CONFIDENCE, Comparison, baseline_comparison
 from .fileio import atomic_write_text
-from .reports.comparison_table import comparison_lines, regression_lines
+from .reports.comparison_table import comparison_lines
 from .reports.html import html_report
 from .reports.json_report import json_report
 from .reports.markdown import markdown_report
@@ -94,8 +94,6 @@ class EnergyGate:
             )
             outcome.comparisons.append(comparison)
             outcome.lines.extend(comparison_lines(comparison))
-        for comparison in outcome.comparisons:
-            outcome.lines.extend(regression_lines(comparison))
 
     def _save(self, outcome: GateOutcome) -> None:
         if not self.options.save:

@@ -22,6 +22,7 @@ is long enough; a ``with`` block cannot be repeated and gets a warning instead.
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import sys
@@ -43,8 +44,21 @@ DEFAULT_SAMPLE_S = 0.005         # power sampling step in sampling mode
 # Wake this long before an expected tick: a thread that wakes needs the GIL back, which a busy
 # main thread yields only every switch interval (5 ms by default).
 _GUARD_S = sys.getswitchinterval() + 0.003
+_MAX_RESIZES = 3                 # times measure() may enlarge a region that came out too short
+_MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _NOMINAL_PERIOD_S = 0.1          # NVML's documented counter update period, until observed
 _LATTICE_WINDOW_S = 5.0          # tick brackets older than this are forgotten (clock drift)
+_LATTICE_MAX_OBSERVATIONS = 16   # ...and only this many are kept: a fit costs the GIL, ~3 us per bracket
+_SNAP_TOLERANCE = 0.03           # of a period: how far past a bracket's end a lattice tick may fall
+_LEAD_S = 0.0015                 # a confident watcher reads this long (and a random extra) before and after a tick
+_CONFIDENT_OBSERVATIONS = 4      # brackets a lattice needs before the watchers trust it
+_REFRESH_EVERY = 4               # a confident watcher brackets one tick in this many, and reads the rest once
+_CONFIDENT_ERROR_S = 0.004      # how wrong a lattice may be for the watchers to read only around its ticks
+_FINE_ERROR_S = 0.001            # ...and to bracket only one tick in _REFRESH_EVERY
+_DATING_ERROR_S = 0.003          # ...for power readings to be dated by it
+_MAX_MISSES = 2                  # contradicting reads in a row before a lattice is re-learned
+_INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
+_AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
 
 
 # -- the counter's publication schedule ------------------------------------------------------
@@ -67,27 +81,79 @@ class Observation:
 
 
 class Cadence:
-    """When one GPU's energy counter publishes: a lattice of ticks, phase + k * period.
+    """When one GPU publishes a reading (its energy counter, or its power): phase + k * period.
 
     A single observation only brackets its tick between two reads, and a polling thread in
     Python can be kept from running for a few milliseconds by the GIL, so single brackets are
-    coarse. The counter publishes periodically, though, so every bracket constrains the same
+    coarse. The readings are published periodically, though, so every bracket constrains the same
     lattice: the period comes from a least-squares fit over the recent brackets and the phase
     from their intersection, which is far tighter than any one of them.
+
+    The brackets also bound how wrong the lattice can be: every (phase, period) consistent with
+    all of them is possible, so ``error_at(t)`` grows with the distance from the brackets. While
+    that bound is small the watching threads stop polling around every tick and read only just
+    before and just after the expected tick (``confident``), a tenth of the wake-ups. A read that
+    contradicts the lattice anyway (a tick seen well before it was due, or not seen after it) is a
+    *miss*; two in a row make the lattice be learned again from fresh brackets.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nominal_period_s: float = _NOMINAL_PERIOD_S) -> None:
+        self.nominal_period_s = nominal_period_s
         self.observations: list[Observation] = []
         self.period_s: float | None = None
-        self.phase_s: float | None = None
+        self.phase_s: float | None = None           # the lattice tick nearest the newest bracket
+        self.inconsistency_s: float | None = None   # how far the brackets miss any one lattice (0: none)
+        self._phase_width_s = math.inf              # width of the phase interval all brackets allow
+        self._period_width_s = math.inf             # width of the period interval all brackets allow
+        self._span_periods = 0                      # periods between the oldest and the newest bracket
+        self.misses = 0
 
     def add(self, observation: Observation) -> None:
-        if observation.width > 0.25 * (self.period_s or _NOMINAL_PERIOD_S):
+        if observation.width > 0.25 * (self.period_s or self.nominal_period_s):
             return  # wide brackets (the poller was held up) say little and may hold two ticks
         self.observations.append(observation)
         newest = observation.before
-        self.observations = [o for o in self.observations if o.before >= newest - _LATTICE_WINDOW_S]
+        self.observations = [
+            o for o in self.observations[-_LATTICE_MAX_OBSERVATIONS:] if o.before >= newest - _LATTICE_WINDOW_S
+        ]
         self._fit()
+
+    def error_at(self, moment: float) -> float:
+        """How far the lattice's tick nearest ``moment`` may be from the true one (inf: unknown)."""
+        if self.period_s is None or self.phase_s is None or self.inconsistency_s != 0.0 or len(self.observations) < 2:
+            return math.inf
+        # The phase interval is the one at the chosen period; the true period may differ by half
+        # the period interval, which moves the phase by that much per period of the brackets' span.
+        periods_away = abs(round((moment - self.phase_s) / self.period_s))
+        return (self._phase_width_s + (self._span_periods + periods_away) * self._period_width_s) / 2
+
+    def confident(self, moment: float) -> bool:
+        """Whether the lattice is good enough at ``moment`` to read only around its ticks."""
+        return (
+            len(self.observations) >= _CONFIDENT_OBSERVATIONS
+            and self.misses < _MAX_MISSES
+            and self.error_at(moment) <= _CONFIDENT_ERROR_S
+        )
+
+    def tick_index(self, moment: float) -> int:
+        """The number of the latest lattice tick at or before ``moment`` (with a small tolerance)."""
+        assert self.period_s is not None and self.phase_s is not None
+        return math.floor((moment + _SNAP_TOLERANCE * self.period_s - self.phase_s) / self.period_s)
+
+    def tick_at(self, index: int) -> float:
+        assert self.period_s is not None and self.phase_s is not None
+        return self.phase_s + index * self.period_s
+
+    def hit(self) -> None:
+        self.misses = 0
+
+    def miss(self) -> None:
+        """A read contradicted the lattice; after a second one in a row, re-learn it from scratch."""
+        self.misses += 1
+        if self.misses >= _MAX_MISSES:
+            self.observations.clear()
+            self.inconsistency_s = None
+            self.misses = 0
 
     def _fit(self) -> None:
         obs = self.observations
@@ -97,29 +163,67 @@ class Cadence:
         gaps = sorted(b - a for a, b in zip(middles, middles[1:]) if b - a > 0.005)
         if not gaps:
             return
-        # Start from NVML's documented ~100 ms: a gap of several periods counts as several.
-        period = self.period_s or statistics.median(g / max(1, round(g / _NOMINAL_PERIOD_S)) for g in gaps)
+        # Start from the nominal ~100 ms: a gap of several periods counts as several.
+        nominal = self.nominal_period_s
+        period = self.period_s or statistics.median(g / max(1, round(g / nominal)) for g in gaps)
         for _ in range(2):  # assign tick numbers, fit, re-assign with the better period
             ks = [round((m - middles[-1]) / period) for m in middles]
             if len(set(ks)) < 2:
                 return
             period = _slope(ks, middles, [1.0 / max(o.width, 1e-4) ** 2 for o in obs])
         ks = [round((m - middles[-1]) / period) for m in middles]
+        # Every lattice consistent with all brackets is possible. Its periods: for each pair of
+        # brackets, (k_j - k_i) * period lies in [a_j - b_i, b_j - a_i]. Take the middle of that
+        # range, and the phase interval the brackets leave at that period.
+        period_low, period_high = 0.0, math.inf
+        for i, (oi, ki) in enumerate(zip(obs, ks)):
+            for oj, kj in zip(obs[i + 1:], ks[i + 1:]):
+                if kj > ki:
+                    period_low = max(period_low, (oj.after - oi.before) / (kj - ki))
+                    period_high = min(period_high, (oj.before - oi.after) / (kj - ki))
+        if period_low <= period_high:
+            period = (period_low + period_high) / 2
         low = max(o.after - k * period for o, k in zip(obs, ks))
         high = min(o.before - k * period for o, k in zip(obs, ks))
-        if low <= high:
+        if period_low <= period_high and low <= high:
             phase = (low + high) / 2
-        else:  # not strictly periodic: fall back to the average bracket middle
+            self.inconsistency_s = 0.0
+            self._phase_width_s = high - low
+            self._period_width_s = period_high - period_low
+            self._span_periods = ks[-1] - ks[0]
+        else:  # not strictly periodic (jitter): the least-squares period, the average phase
             phase = statistics.fmean(m - k * period for m, k in zip(middles, ks))
+            self.inconsistency_s = max(low - high, 0.0) + max(period_low - period_high, 0.0) * (ks[-1] - ks[0])
+            self._phase_width_s = self._period_width_s = math.inf
         self.period_s, self.phase_s = period, phase
 
-    def tick_time(self, observation: Observation) -> float:
-        """Best estimate of when the tick bracketed by ``observation`` happened."""
-        if self.period_s is None or self.phase_s is None:
-            return observation.middle
-        k = round((observation.middle - self.phase_s) / self.period_s)
-        tick = self.phase_s + k * self.period_s
-        return min(max(tick, observation.after), observation.before)  # what was seen wins
+    def date(self, observation: Observation) -> tuple[float, bool]:
+        """When the value ``observation`` saw was published, and whether that date can be relied on.
+
+        The value read at the end of the bracket was published at the *latest* tick before that
+        read, and after the bracket's start (the value changed inside it). The lattice ticks that
+        may lie in the bracket, give or take the lattice's error, are the candidates. One
+        candidate is the date. Several (a bracket wider than a period: the poller was held up, or
+        the last read of a region) date the value by the latest, but only when that tick surely
+        came before the read ended; a tick that may have come just after it would date the value
+        a period too late, and such a date is unreliable and must not be used. Without a lattice
+        a narrow bracket is dated by its middle.
+        """
+        after, before = observation.after, observation.before
+        nominal = self.period_s or self.nominal_period_s
+        narrow = observation.width <= 0.25 * nominal
+        error = self.error_at(before)
+        if self.period_s is None or self.phase_s is None or error > 0.25 * self.period_s:
+            return observation.middle, narrow
+        error = max(error, 0.0005)
+        first = math.ceil((after - error - self.phase_s) / self.period_s)
+        last = math.floor((before + error - self.phase_s) / self.period_s)
+        if last < first:
+            return observation.middle, False      # the lattice says no tick here: do not trust either
+        tick = self.tick_at(last)
+        if last > first and tick + error > before:
+            return observation.middle, False      # the latest candidate may have come after the read
+        return min(max(tick, after), before), True
 
     def next_tick_after(self, now: float) -> float | None:
         if self.period_s is None or self.phase_s is None:
@@ -136,11 +240,12 @@ def _slope(xs: Sequence[int], ys: Sequence[float], weights: Sequence[float]) -> 
     return sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys)) / sxx
 
 
-_CADENCES: dict[str, Cadence] = {}
+_CADENCES: dict[tuple[str, str], Cadence] = {}
 
 
-def cadence_of(gpu: Gpu) -> Cadence:
-    return _CADENCES.setdefault(gpu.uuid, Cadence())
+def cadence_of(gpu: Gpu, reading: str = "energy") -> Cadence:
+    """The publication lattice of one GPU's ``reading`` ("energy" counter or "power"), kept per process."""
+    return _CADENCES.setdefault((gpu.uuid, reading), Cadence())
 
 
 class _Worker(threading.Thread):
@@ -167,76 +272,163 @@ class _Worker(threading.Thread):
             raise self.error
 
 
-class CounterWatcher(_Worker):
-    """Brackets the moments the energy counter publishes a new value.
+class _TickWatcher(_Worker):
+    """Reads one of a GPU's periodic readings and brackets the moments it is published.
 
-    It sleeps until shortly before the next expected tick and then polls finely until the value
-    changes, so it costs a few reads per tick rather than a busy loop.
+    While the publication lattice is being learned it sleeps until shortly before the next
+    expected tick and then polls finely until the value changes. Once the lattice is confident it
+    reads twice per tick, just before and just after it (see ``Cadence``). Every read is kept as
+    a sample ``(start, end, value)``; every change of value is an ``Observation`` (a bracket).
     """
 
-    def __init__(self, gpu: Gpu, clock: Callable[[], float], poll_s: float) -> None:
-        super().__init__(f"gpuenergy-counter-{gpu.index}")
+    def __init__(self, name: str, gpu: Gpu, clock: Callable[[], float], cadence: Cadence, poll_s: float) -> None:
+        super().__init__(name)
         self.gpu = gpu
         self.clock = clock
+        self.cadence = cadence
         self.poll_s = poll_s
-        self.cadence = cadence_of(gpu)
+        self.samples: list[tuple[float, float, int]] = []
         self.observations: list[Observation] = []
         self.first_value: int | None = None
-        self._last_read: tuple[float, int] | None = None
         self._lock = threading.Lock()
         self._jitter = random.Random()
+        self._latency_s = 0.0      # how late the latest wake-ups were (GIL, scheduler)
+        self._since_refresh = _REFRESH_EVERY   # ticks read only after the tick since the last bracket
+
+    def value(self) -> int:
+        raise NotImplementedError
 
     def read(self) -> bool:
-        """One read; True if the counter moved since the previous one."""
+        """One read; True if the value changed since the previous one."""
         with self._lock:
             before = self.clock()
-            value = self.gpu.energy_mj()
+            value = self.value()
             after = self.clock()
-            previous = self._last_read
-            self._last_read = (before, value)
+            previous = self.samples[-1] if self.samples else None
+            self.samples.append((before, after, value))
             if previous is None:
                 self.first_value = value
                 return False
-            if value == previous[1]:
+            if value == previous[2]:
                 return False
             observation = Observation(previous[0], after, value)
             self.observations.append(observation)
             self.cadence.add(observation)
             return True
 
+    def _sleep_until(self, moment: float) -> bool:
+        """Sleep until ``moment`` on the meter's clock; True if asked to stop meanwhile."""
+        delay = moment - self.clock()
+        if delay <= 0:
+            return self.stopping.is_set()
+        if self.stopping.wait(delay):
+            return True
+        late = self.clock() - moment
+        self._latency_s = max(late, 0.8 * self._latency_s)   # remember a late wake-up for a while
+        return False
+
     def work(self) -> None:
         self.read()
         while not self.stopping.is_set():
-            expected = self.cadence.next_tick_after(self.clock())
-            if expected is not None:
-                # A random extra lead decorrelates the brackets from the tick, so that their
-                # intersection (the lattice phase) keeps narrowing instead of repeating itself.
-                lead_s = _GUARD_S + self._jitter.uniform(0.0, sys.getswitchinterval())
-                sleep_s = expected - lead_s - self.clock()
-                if sleep_s > 0 and self.stopping.wait(sleep_s):
+            now = self.clock()
+            expected = self.cadence.next_tick_after(now)
+            if expected is not None and self.cadence.confident(expected):
+                if self._around(expected):
                     return
-            while not self.read():
-                if self.stopping.wait(self.poll_s):
-                    return
+            elif self._learn(expected):
+                return
+
+    def _around(self, expected: float) -> bool:
+        """Read just before and just after an expected tick (once the lattice is very good, only
+        after it on most ticks); True if asked to stop."""
+        cadence = self.cadence
+        period = cadence.period_s or cadence.nominal_period_s
+        error = cadence.error_at(expected)
+        if error > _FINE_ERROR_S or self._since_refresh + 1 >= _REFRESH_EVERY:
+            lead = _LEAD_S + error + min(self._latency_s, 0.2 * period) + self._jitter.uniform(0.0, _LEAD_S)
+            if self.clock() > expected - lead:   # too close to brace for it: take the next one
+                expected += period
+                error = cadence.error_at(expected)
+            if self._sleep_until(expected - lead):
+                return True
+            started = self.clock()
+            if self.read():
+                # Seen before it was due. Only a read that began well before the tick's earliest
+                # possible time says the lattice is wrong; a late wake-up (the GIL) says nothing.
+                if started < expected - error - _LEAD_S / 2:
+                    cadence.miss()
+                return False
+            self._since_refresh = 0
+        else:
+            self._since_refresh += 1
+        if self._sleep_until(expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)):
+            return True
+        return self._settle(expected)
+
+    def _settle(self, expected: float) -> bool:
+        """After an expected tick: what to do when the value has not (yet) moved."""
+        raise NotImplementedError
+
+    def _learn(self, expected: float | None) -> bool:
+        """Poll around the next tick until the value moves; True if asked to stop."""
+        if expected is not None:
+            # A random extra lead decorrelates the brackets from the tick, so that their
+            # intersection (the lattice phase) keeps narrowing instead of repeating itself.
+            lead_s = _GUARD_S + self._jitter.uniform(0.0, sys.getswitchinterval())
+            if self._sleep_until(expected - lead_s):
+                return True
+        while not self.read():
+            if self.stopping.wait(self.poll_s):
+                return True
+        return False
 
 
-class PowerSampler(_Worker):
-    """Reads instant power every ``interval_s``; the fallback where there is no energy counter."""
+class CounterWatcher(_TickWatcher):
+    """Brackets the moments the energy counter publishes a new value.
+
+    The counter moves at every tick (a GPU always draws power), so a read after an expected tick
+    that still shows the old value means the tick is late: it polls finely until it comes.
+    """
+
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], poll_s: float) -> None:
+        super().__init__(f"gpuenergy-counter-{gpu.index}", gpu, clock, cadence_of(gpu, "energy"), poll_s)
+
+    def value(self) -> int:
+        return self.gpu.energy_mj()
+
+    def _settle(self, expected: float) -> bool:
+        if self.read():
+            self.cadence.hit()
+            return False
+        self.cadence.miss()
+        while not self.read():
+            if self.stopping.wait(self.poll_s):
+                return True
+        return False
+
+
+class PowerSampler(_TickWatcher):
+    """Reads power at every publication; the fallback where there is no energy counter.
+
+    Power, unlike the counter, may read the same at two publications in a row (steady work), so
+    an unchanged value after an expected tick proves nothing: it is kept and the next tick waited
+    for. While no lattice is known it reads every ``interval_s``.
+    """
 
     def __init__(self, gpu: Gpu, clock: Callable[[], float], interval_s: float) -> None:
-        super().__init__(f"gpuenergy-sampler-{gpu.index}")
-        self.gpu = gpu
-        self.clock = clock
-        self.interval_s = interval_s
-        self.samples: list[tuple[float, float]] = []   # (time, watts)
+        super().__init__(f"gpuenergy-sampler-{gpu.index}", gpu, clock, cadence_of(gpu, "power"), interval_s)
 
-    def work(self) -> None:
-        while True:
-            before = self.clock()
-            power_w = self.gpu.power_mw() / 1000.0
-            self.samples.append(((before + self.clock()) / 2, power_w))
-            if self.stopping.wait(self.interval_s):
-                return
+    def value(self) -> int:
+        return self.gpu.power_mw()
+
+    def _settle(self, expected: float) -> bool:
+        if self.read():
+            self.cadence.hit()
+        return False
+
+    def _learn(self, expected: float | None) -> bool:
+        self.read()
+        return self.stopping.wait(self.poll_s)
 
 
 # -- one GPU over one region ------------------------------------------------------------------
@@ -270,9 +462,30 @@ class CounterProbe:
         values = [watcher.first_value] + [o.value_mj for o in watcher.observations]
         _check_monotonic(self.gpu, [v for v in values if v is not None])
         cadence = watcher.cadence
-        ticks = [(cadence.tick_time(o), o.value_mj) for o in watcher.observations]
+        points = [(when, o.value_mj) for o in watcher.observations for when, reliable in [cadence.date(o)] if reliable]
+        first = _dated_first_read(watcher.samples[0], cadence) if watcher.samples else None
+        if first is not None:
+            points.insert(0, first)
         start_value = watcher.first_value if watcher.first_value is not None else values[-1]
-        return _integrate_ticks(self.gpu, t0, t1, start_value, values[-1], ticks, cadence)
+        return _integrate_ticks(self.gpu, t0, t1, points, cadence, moved=values[-1] != start_value,
+                                coarse_j=(values[-1] - start_value) / 1000.0)
+
+
+def _dated_first_read(sample: tuple[float, float, int], cadence: Cadence) -> tuple[float, int] | None:
+    """The publication date of the value the watcher read first (before the region), if the lattice knows it.
+
+    That value was published at the latest tick before the read; when no lattice tick can fall
+    within the read itself, that tick is certain, and it gives the counter's value just before
+    the region starts: the region's head is then interpolated, not extrapolated.
+    """
+    started, ended, value = sample
+    if cadence.period_s is None or cadence.phase_s is None or cadence.error_at(started) > _DATING_ERROR_S:
+        return None
+    margin = cadence.error_at(started)
+    index = math.floor((started - margin - cadence.phase_s) / cadence.period_s)
+    if index != math.floor((ended + margin - cadence.phase_s) / cadence.period_s):
+        return None
+    return cadence.tick_at(index), value
 
 
 def _check_monotonic(gpu: Gpu, values: Sequence[int]) -> None:
@@ -285,42 +498,66 @@ def _check_monotonic(gpu: Gpu, values: Sequence[int]) -> None:
 
 
 def _integrate_ticks(
-    gpu: Gpu, t0: float, t1: float, start_value: int, end_value: int,
-    all_ticks: Sequence[tuple[float, int]], cadence: Cadence,
+    gpu: Gpu, t0: float, t1: float, points: Sequence[tuple[float, int]], cadence: Cadence, *,
+    moved: bool, coarse_j: float,
 ) -> RegionReading:
-    """Energy over [t0, t1]: exact between the first and last tick inside, extended to the edges.
+    """Energy over [t0, t1] from the counter's dated values ``points`` ((publication time, mJ), oldest first).
 
-    The edges use the power over the tick interval that contains them, which the counter gives
-    exactly: the interval around t0 starts at the last tick before t0 (if the watcher saw it),
-    and likewise at t1.
+    The counter is exact at each publication, so the cumulative energy E(t) is known at those
+    moments and is interpolated linearly between them (extrapolated with the nearest interval's
+    power beyond them): ETS = E(t1) - E(t0). With two or more publications inside the region only
+    those are used (exact between them, the region's own power at its edges); with fewer, the
+    ones just outside it are interpolated through, and the figure is flagged as coarse. Publications dated less than half a period apart
+    come from uncertain dates, and dividing by their tiny interval would amplify that: both are
+    dropped. A region with fewer than two publications inside is flagged as coarse.
     """
     duration = t1 - t0
     period = cadence.period_s or _NOMINAL_PERIOD_S
-    inside = [(t, v) for t, v in all_ticks if t0 < t <= t1]
-    if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
-        (first_t, first_v), (last_t, last_v) = inside[0], inside[-1]
-        inner_j = (last_v - first_v) / 1000.0
-        average_w = inner_j / (last_t - first_t)
-        # Power of each whole tick interval; an interval much shorter than a period comes from
-        # tick times that are uncertain, and dividing by it would amplify that: use the average.
-        powers = [
-            (vb - va) / 1000.0 / (tb - ta) if tb - ta >= 0.5 * period else average_w
-            for (ta, va), (tb, vb) in zip(inside, inside[1:])
-        ]
-        head_j = powers[0] * (first_t - t0)
-        tail_j = powers[-1] * (t1 - last_t)
-        return RegionReading(inner_j + head_j + tail_j, max(powers))
-    if duration >= 3 * period and not inside:
-        raise MeasurementError(
-            f"the energy counter of {gpu.label} did not move for {duration:.3g} s although it updates "
-            f"every {period * 1000:.0f} ms: it is stuck; no figure is given"
+    ordered = sorted(points)
+    # Two publications less than half a period apart, or out of order: one of the dates is wrong
+    # and nothing says which, so neither is used.
+    clash = [
+        (b[0] - a[0] < 0.5 * period or b[1] < a[1]) for a, b in zip(ordered, ordered[1:])
+    ]
+    kept = [
+        point for i, point in enumerate(ordered)
+        if not (i > 0 and clash[i - 1]) and not (i < len(clash) and clash[i])
+    ]
+    inside = sum(t0 < when <= t1 for when, _ in kept)
+    if inside >= 2:
+        # The region's own power extends it to its edges: the publications just outside it
+        # average in the idle time before and after, which is not the region's.
+        kept = [(when, value) for when, value in kept if t0 < when <= t1]
+    if len(kept) < 2:
+        if duration >= 3 * period and not moved:
+            raise MeasurementError(
+                f"the energy counter of {gpu.label} did not move for {duration:.3g} s although it updates "
+                f"every {period * 1000:.0f} ms: it is stuck; no figure is given"
+            )
+        note = (
+            f"region of {duration * 1000:.0f} ms: the energy counter (updated every {period * 1000:.0f} ms) "
+            f"could not be dated around it, so its ETS is the difference of two readings and is coarse"
         )
-    ets_j = (end_value - start_value) / 1000.0
-    note = (
-        f"region of {duration * 1000:.0f} ms spans fewer than 2 updates of the energy counter "
-        f"(every {period * 1000:.0f} ms): its ETS is coarse"
-    )
-    return RegionReading(ets_j, ets_j / duration if duration > 0 else math.nan, [note], resolution_limited=True)
+        return RegionReading(coarse_j, coarse_j / duration if duration > 0 else math.nan, [note], resolution_limited=True)
+    powers = [(vb - va) / 1000.0 / (tb - ta) for (ta, va), (tb, vb) in zip(kept, kept[1:])]
+    ets_j = _energy_at(t1, kept, powers) - _energy_at(t0, kept, powers)
+    overlapping = [w for (ta, _), (tb, _), w in zip(kept, kept[1:], powers) if tb > t0 and ta < t1] or powers
+    notes: list[str] = []
+    if inside < 2:
+        notes.append(
+            f"region of {duration * 1000:.0f} ms spans fewer than 2 updates of the energy counter "
+            f"(every {period * 1000:.0f} ms): its ETS is interpolated and coarse"
+        )
+    return RegionReading(ets_j, max(overlapping), notes, resolution_limited=inside < 2)
+
+
+def _energy_at(moment: float, points: Sequence[tuple[float, int]], powers: Sequence[float]) -> float:
+    """The cumulative energy (J) at ``moment``, piecewise linear through ``points``."""
+    segment = 0
+    while segment < len(powers) - 1 and points[segment + 1][0] < moment:
+        segment += 1
+    when, value = points[segment]
+    return value / 1000.0 + powers[segment] * (moment - when)
 
 
 class SamplingProbe:
@@ -330,6 +567,7 @@ class SamplingProbe:
         self.gpu = gpu
         self.clock = clock
         self.interval_s = interval_s
+        self.window_s = power_window_s(gpu)
         self.sampler: PowerSampler | None = None
 
     def start(self) -> None:
@@ -340,28 +578,98 @@ class SamplingProbe:
         sampler = self.sampler
         assert sampler is not None, "stop() without start()"
         sampler.finish()
-        return integrate_samples(sampler.samples, t0, t1)
+        sampler.read()  # a publication between the sampler's last read and the end of the region
+        samples = [((start + end) / 2, value / 1000.0) for start, end, value in sampler.samples]
+        return integrate_samples(samples, t0, t1, cadence=sampler.cadence, window_s=self.window_s)
 
 
-def integrate_samples(samples: Sequence[tuple[float, float]], t0: float, t1: float) -> RegionReading:
-    """Hold each reading until the next one; readings published before ``t0`` are not used.
+def power_window_s(gpu: Gpu) -> float:
+    """How long a window one power reading of ``gpu`` averages (what NVIDIA documents).
 
-    NVML publishes power readings periodically, so the first readings of a region still show the
-    time before it. Until the first fresh (changed) reading the region's power is taken to be
-    that fresh reading.
+    The instant-power field averages 25 ms on A100/H100 (Yang et al., SC'24), and so does
+    ``nvmlDeviceGetPowerUsage`` up to GA100; on Ampere and newer except GA100 the latter is a 1 s
+    average (NVML documentation).
     """
-    inside = [(t, p) for t, p in samples if t0 <= t <= t1]
-    if not inside:
-        raise MeasurementError("no power sample fell inside the region: it is shorter than the sampling interval")
-    fresh = next((i for i in range(1, len(inside)) if inside[i][1] != inside[0][1]), None)
+    if gpu.power_source == "instant":
+        return _INSTANT_POWER_WINDOW_S
+    try:
+        capability = tuple(gpu.nvml.nvmlDeviceGetCudaComputeCapability(gpu.handle))
+    except Exception:  # an NVML without the call: assume the short window
+        return _INSTANT_POWER_WINDOW_S
+    return _AVERAGE_POWER_WINDOW_S if capability > (8, 0) else _INSTANT_POWER_WINDOW_S
+
+
+def integrate_samples(
+    samples: Sequence[tuple[float, float]], t0: float, t1: float, *,
+    cadence: Cadence | None = None, window_s: float = 0.0,
+) -> RegionReading:
+    """Energy over [t0, t1] from power readings ``(time read, watts)``, oldest first.
+
+    NVML publishes a power reading periodically, and each reading averages a window that ends at
+    its publication (25 ms every 100 ms for the instant-power field). So:
+
+    * a reading belongs to its *publication*, not to the moment it was read: with the
+      publication lattice (``cadence``) a new publication is the next lattice tick, without it a
+      change of value (dated to the middle of the two reads around it);
+    * a reading whose window began before ``t0`` mixes the time before the region in: only
+      publications whose whole window (``window_s``) lies in the region are used while there are
+      any ("clean" ones); the region's head up to them takes their power;
+    * each reading stands for the power around the middle of its window, up to halfway to the
+      neighbouring readings' windows; the first and last extend to the region's edges.
+    """
+    if not samples:
+        raise MeasurementError("no power reading was taken during the region")
+    publications = _publications(samples, cadence)
+    fresh = [p for p in publications if p[0] >= t0 and p[1] <= t1]
+    clean = [p for p in fresh if p[0] - window_s >= t0]
     notes: list[str] = []
-    if fresh is None:
-        notes.append("no fresh power reading arrived during the region: its ETS is coarse")
-        fresh = 0
-    readings = inside[fresh:]
-    times = [t0] + [t for t, _ in readings[1:]] + [t1]
-    energy_j = sum(p * (b - a) for (_, p), a, b in zip(readings, times, times[1:]))
-    return RegionReading(energy_j, max(p for _, p in readings), notes, resolution_limited=fresh == 0)
+    if clean:
+        used, limited = clean, False
+    elif fresh:
+        used, limited = fresh, True
+        notes.append(
+            f"every power reading of the region averages a window ({window_s * 1000:.0f} ms) that began "
+            f"before the region: its ETS is coarse"
+        )
+    else:
+        before_end = [p for p in publications if p[1] <= t1] or publications[:1]
+        used = before_end[-1:]
+        period = (cadence.period_s if cadence is not None else None) or _NOMINAL_PERIOD_S
+        steady = len({watts for _, watts in samples}) == 1 and samples[-1][0] - t0 >= 1.5 * period + window_s
+        # The same reading all along a region long enough for a publication whose whole window
+        # lies inside it: the power was that steady value (undated publications repeat it).
+        limited = not steady
+        if limited:
+            notes.append("no fresh power reading arrived during the region: its ETS is coarse")
+    centres = [when - window_s / 2 for _, when, _ in used]
+    bounds = [t0] + [min(max((a + b) / 2, t0), t1) for a, b in zip(centres, centres[1:])] + [t1]
+    energy_j = sum(watts * (b - a) for (_, _, watts), a, b in zip(used, bounds, bounds[1:]))
+    return RegionReading(energy_j, max(watts for _, _, watts in used), notes, resolution_limited=limited)
+
+
+def _publications(samples: Sequence[tuple[float, float]], cadence: Cadence | None) -> list[tuple[float, float, float]]:
+    """The distinct publications the samples saw: ``(published no earlier than, published at, watts)``."""
+    lattice = None
+    if cadence is not None and max(cadence.error_at(samples[0][0]), cadence.error_at(samples[-1][0])) <= _DATING_ERROR_S:
+        lattice = cadence
+    first_time, first_watts = samples[0]
+    index = lattice.tick_index(first_time) if lattice else None
+    publications = [(-math.inf, first_time if lattice is None else lattice.tick_at(index), first_watts)]
+    previous = first_time
+    for time_read, watts in samples[1:]:
+        changed = watts != publications[-1][2]
+        if lattice is not None:
+            new_index = lattice.tick_index(time_read)
+            if new_index > index:
+                index = new_index
+                tick = min(max(lattice.tick_at(index), previous), time_read)
+                publications.append((tick, tick, watts))
+                previous = time_read
+                continue
+        if changed:   # no lattice, or one that missed this change: date it by the reads around it
+            publications.append((previous, (previous + time_read) / 2, watts))
+        previous = time_read
+    return publications
 
 
 # -- the meter ----------------------------------------------------------------------------------
@@ -419,6 +727,7 @@ class EnergyMeter:
         self.clock = clock
         self.on_result = on_result
         self.results: list[EnergyResult] = []
+        self.last_region: tuple[float, float] | None = None
         self._open_region: _Region | None = None
 
     # -- public API ------------------------------------------------------------------------
@@ -431,6 +740,16 @@ class EnergyMeter:
                 "or call energy_meter.measure(fn)"
             )
         return self.results[-1]
+
+    @property
+    def region_start(self) -> float | None:
+        """When the open ``with`` region started, on the meter's clock (None outside one).
+
+        With ``last_region`` (the ``(start, end)`` of the latest finished region) it lets a caller
+        line the region up with other timelines, e.g. a profiler trace or, in the benchmarks,
+        the simulator's exact energy integral (pass ``clock=time.time`` for that).
+        """
+        return self._open_region.t0 if self._open_region is not None else None
 
     def __enter__(self) -> "EnergyMeter":
         if self._open_region is not None:
@@ -446,12 +765,17 @@ class EnergyMeter:
             region.abandon()
             return
         readings, duration = region.finish()
+        self.last_region = (region.t0, region.t1)
         notes = [n for r in readings for n in r.notes]
-        if any(r.resolution_limited for r in readings):
+        limited = [probe for probe, r in zip(region.probes, readings) if r.resolution_limited]
+        if limited:
+            what = (
+                "the energy counter (updated about every 100 ms)" if limited[0].method == COUNTER
+                else f"the power readings (each averages {limited[0].window_s * 1000:.0f} ms)"
+            )
             warnings.warn(
-                f"the measured block took {duration * 1000:.0f} ms, too short for the energy counter "
-                f"(updated about every 100 ms): use energy_meter.measure(fn) to repeat it until it is long "
-                f"enough, or measure more work",
+                f"the measured block took {duration * 1000:.0f} ms, too short for {what}: its ETS is coarse; "
+                f"use energy_meter.measure(fn) to repeat it until it is long enough, or measure more work",
                 EnergyMeasurementWarning,
                 stacklevel=2,
             )
@@ -469,8 +793,9 @@ class EnergyMeter:
         """Measure ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeat`` repetitions.
 
         Each repetition is one region that calls ``fn`` often enough to last ``min_time_s``
-        (default: the meter's, 0.5 s); the figures are per call. The last warm-up call is timed
-        to size the region; with ``warmup=0`` the first repetition sizes it and, if it was too
+        (default: the meter's, 0.5 s; never less than 0.3 s, three counter updates); the figures
+        are per call. A region the meter could not resolve is measured again with twice the
+        calls (up to three times). The last warm-up call is timed to size the region; with ``warmup=0`` the first repetition sizes it and, if it was too
         short, it is measured again with more calls.
         """
         _check_count("repeat", repeat, minimum=1)
@@ -478,8 +803,10 @@ class EnergyMeter:
         target_s = self.min_time_s if min_time_s is None else min_time_s
         if not (isinstance(target_s, (int, float)) and target_s >= 0):
             raise ValueError(f"min_time_s must be a non-negative number of seconds, got {min_time_s!r}")
+        target_s = max(target_s, _MIN_REGION_S)
         calls: int | None = None
         for _ in range(warmup):
+            self.backend.synchronize()  # work queued before this call is not this call's
             started = self.clock()
             fn(*args, **kwargs)
             self.backend.synchronize()
@@ -487,6 +814,7 @@ class EnergyMeter:
         per_gpu: list[list[Repetition]] = [[] for _ in self.gpus]
         notes: list[str] = []
         region: _Region | None = None
+        resized = 0
         while len(per_gpu[0]) < repeat:
             region = self._start_region()
             try:
@@ -496,8 +824,13 @@ class EnergyMeter:
                 region.abandon()
                 raise
             readings, duration = region.finish()
-            if calls is None and duration < target_s:
-                calls = _calls_for(target_s, duration)   # sizing run: measured again, longer
+            self.last_region = (region.t0, region.t1)
+            coarse = any(r.resolution_limited for r in readings)
+            if (coarse or duration < (target_s if calls is None else target_s / 2)) and resized < _MAX_RESIZES:
+                # A sizing run (warmup=0), a warm-up that was faster than the work, or a region
+                # the meter could not resolve: measure this repetition again with more calls.
+                calls = max(_calls_for(target_s, duration / (calls or 1)), 2 * (calls or 1) if coarse else 1)
+                resized += 1
                 continue
             used = calls or 1
             calls = used
@@ -577,11 +910,14 @@ class _Region:
             for probe in started:
                 _quietly_stop(probe)
             raise
+        self.others = _other_processes([p.gpu for p in probes])
         self.t0 = clock()
+        self.t1 = math.nan
 
     def finish(self) -> tuple[list[RegionReading], float]:
         self.backend.synchronize()
-        t1 = self.clock()
+        t1 = self.t1 = self.clock()
+        others = _other_processes([p.gpu for p in self.probes])
         readings, first_error = [], None
         for probe in self.probes:
             try:
@@ -592,11 +928,39 @@ class _Region:
                 first_error = first_error or _as_measurement_error(probe.gpu, exc)
         if first_error is not None:
             raise first_error
+        for gpu_pids_before, gpu_pids_after, reading, probe in zip(self.others, others, readings, self.probes):
+            pids = sorted(gpu_pids_before | gpu_pids_after)
+            if pids:
+                reading.notes.append(
+                    f"{probe.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
+                    f"{', '.join(map(str, pids))} during the region: its ETS includes their work"
+                )
         return readings, t1 - self.t0
 
     def abandon(self) -> None:
         for probe in self.probes:
             _quietly_stop(probe)
+
+
+def _other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
+    """Per GPU, the PIDs of other processes NVML lists on it.
+
+    Under a PID namespace (a container) NVML reports host PIDs, so this process's own PID may not
+    be in the list; then one listed process is taken to be this one and only a second is "other".
+    """
+    me = os.getpid()
+    found = []
+    for gpu in gpus:
+        try:
+            pids = set(gpu.processes())
+        except pynvml.NVMLError:
+            pids = set()
+        if me in pids:
+            pids.discard(me)
+        elif len(pids) == 1 and not gpu.simulated:
+            pids = set()
+        found.append(pids)
+    return found
 
 
 def _quietly_stop(probe: Any) -> None:

@@ -439,6 +439,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if outcome is None:
         return
     for line in outcome.lines:
-        terminalreporter.write_line(line, red=line.startswith("REGRESSION"), bold=line.startswith("REGRESSION"))
+        alarm = line.startswith("ENERGY REGRESSION")
+        terminalreporter.write_line(line, red=alarm, bold=alarm)
     for error in outcome.errors:
         terminalreporter.write_line(f"gpuenergy: error: {error}", red=True, bold=True)

@@ -64,9 +64,9 @@ def test_an_unchanged_run_is_noise_and_30_percent_more_work_is_a_regression(pyte
     assert worse.ret == pytest.ExitCode.TESTS_FAILED
     worse.assert_outcomes(passed=4)                # the tests themselves passed: the gate failed
     worse.stdout.fnmatch_lines(["*test_suite.py::test_train?60%?*REGRESSION*", "*4 passed in *"])
-    regressions = [line for line in worse.stdout.lines if line.startswith("REGRESSION")]
-    assert {line.split()[1] for line in regressions} >= {"test_suite.py::test_train[60%]", "test_suite.py::test_train[100%]"}
-    assert all("ETS +" in line for line in regressions)
+    regressions = [line for line in worse.stdout.lines if line.startswith("ENERGY REGRESSION")]
+    assert sorted(line.split()[2] for line in regressions) == ["test_suite.py::test_train[100%]", "test_suite.py::test_train[60%]"]
+    assert all(": ETS " in line and " J, +" in line for line in regressions)
     assert "Traceback" not in worse.stdout.str()
 
 

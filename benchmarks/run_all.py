@@ -1,0 +1,82 @@
+"""Run every benchmark, one after the other, and print a summary of the goals.
+
+    python benchmarks/run_all.py --quick     # every figure, under 5 minutes on a 2-core machine
+    python benchmarks/run_all.py             # the full runs (about half an hour)
+
+Each script prints its own tables and writes ``benchmarks/results/<name>[-quick].json``; this
+one then reads those results back and prints one line per goal, met or not. The benchmarks run
+one at a time (each one's timing would disturb another's). ``real_gpu.py`` is not run here: it
+needs a real NVIDIA GPU and runs only when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "suite_time")
+
+
+def goal_lines(results: Path, quick: bool) -> list[str]:
+    def load(name: str) -> dict | None:
+        path = results / f"{name}{'-quick' if quick else ''}.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+    lines = []
+    overhead = load("meter_overhead")
+    if overhead:
+        rows = [r for r in overhead.get("region_overhead", []) if r.get("goal_applies")]
+        for mode in dict.fromkeys(r["mode"] for r in rows):
+            worst = max(r["overhead"] for r in rows if r["mode"] == mode)
+            lines.append(f"meter overhead, {mode} (simulated), regions >= 1 s: worst {worst:.2%} "
+                         f"(goal <= 0.5 %): {'met' if worst <= 0.005 else 'NOT MET'}")
+    accuracy = load("meter_accuracy")
+    if accuracy:
+        for s in accuracy.get("summary", []):
+            if s["work"] == "all":
+                lines.append(f"meter accuracy, {s['mode']}, regions >= 1 s: median |error| {s['median_abs_error']:.2%}, "
+                             f"max {s['max_abs_error']:.2%} (goal {s['goal']:.1%}): "
+                             f"{'met' if s['max_within_goal'] else ('median met, max NOT' if s['median_within_goal'] else 'NOT MET')}")
+    power = load("detection_power")
+    if power:
+        lines.extend(f"detection power: {line}" for line in power.get("headline", [])[:1])
+    suite = load("suite_time")
+    if suite:
+        goal = suite["goal"]
+        lines.append(f"main job: the plugin adds {goal['plugin_share_of_workloads']:.1%} on top of the workloads "
+                     f"(goal <= 10 %): {'met' if goal['met'] else 'NOT MET'}")
+    return lines
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the quick variant of every benchmark (under 5 minutes)")
+    p.add_argument("--only", default=",".join(SCRIPTS), help=f"comma-separated subset of {', '.join(SCRIPTS)}")
+    args = p.parse_args()
+    chosen = [name for name in args.only.split(",") if name]
+    unknown = sorted(set(chosen) - set(SCRIPTS))
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(SCRIPTS)}")
+    started = time.time()
+    failed = []
+    for name in chosen:
+        print(f"\n===== {name} =====", flush=True)
+        t0 = time.time()
+        done = subprocess.run([sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if args.quick else [])])
+        print(f"({name}: {time.time() - t0:.0f} s, exit {done.returncode})", flush=True)
+        if done.returncode != 0:
+            failed.append(name)
+    print(f"\n===== goals ({'quick' if args.quick else 'full'} runs; figures from the GPU simulator are simulated) =====")
+    for line in goal_lines(BENCH_DIR / "results", args.quick):
+        print(line)
+    print(f"\nall benchmarks: {time.time() - started:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The benchmark scripts run and write what the README reads from them (behaviour, not speed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import detection_power  # noqa: E402
+import run_all  # noqa: E402
+
+
+def test_detection_power_writes_its_grid_and_the_gate_holds_its_false_alarm_rate(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "detection_power.py"), "--quick", "--out", str(tmp_path), "--trials", "300",
+         "--headline-trials", "600", "--search-trials", "100", "--noises", "0.02", "--ns", "5", "--search-ns", "5"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Monte Carlo on SIMULATED samples" in done.stdout and "z-test" in done.stdout
+    result = json.loads((tmp_path / "detection_power-quick.json").read_text())
+    assert result["benchmark"] == "detection_power" and result["machine"]["cpu_count"] >= 1
+    rows = {(r["rule"], r["change"]): r["fail_rate"] for r in result["rows"]}
+    # No change: the gate at 99 % almost never fails; +10 % at 2 % noise, n=5: it nearly always does.
+    assert rows[("gate:5", 0.0)] <= 0.02
+    assert rows[("gate:2", 0.10)] >= 0.9
+    # The threshold-only rule (pytest-benchmark) fails on noise far more often at a 2 % threshold.
+    assert rows[("pytest-benchmark:2", 0.0)] > rows[("gate:2", 0.0)]
+    assert isinstance(result["goal"]["goal_met"], bool)
+
+
+def test_z_test_limit_is_the_known_normal_power():
+    # sigma = sqrt(ln(1 + 0.02^2)), se = sigma sqrt(2/5); power = Phi(ln 1.05 / se - z_0.99)
+    sigma = math.sqrt(math.log1p(0.0004))
+    expected = 0.5 * math.erfc(-(math.log(1.05) / (sigma * math.sqrt(0.4)) - 2.3263478740408408) / math.sqrt(2))
+    assert detection_power.z_test_limit(0.02, 5, 0.05) == pytest.approx(expected, rel=1e-9)
+    assert detection_power.z_test_limit(0.02, 5, 0.0) == pytest.approx(0.01)
+
+
+def test_pytest_benchmark_rule_is_a_plain_threshold_on_the_mean():
+    old = np.array([[100.0, 100.0], [100.0, 100.0]])
+    new = np.array([[104.0, 106.0], [102.0, 103.0]])   # +5 % and +2.5 %
+    assert detection_power.pytest_benchmark_fails(old, new, 3).tolist() == [True, False]
+
+
+def test_run_all_summarises_the_goals_met_and_missed(tmp_path):
+    write = lambda name, data: (tmp_path / f"{name}-quick.json").write_text(json.dumps(data))  # noqa: E731
+    write("meter_overhead", {"region_overhead": [
+        {"mode": "counter", "goal_applies": True, "overhead": 0.001},
+        {"mode": "sampling", "goal_applies": True, "overhead": 0.02},
+        {"mode": "counter", "goal_applies": False, "overhead": 0.5},
+    ]})
+    write("suite_time", {"goal": {"plugin_share_of_workloads": 0.04, "met": True}})
+    lines = run_all.goal_lines(tmp_path, quick=True)
+    assert "meter overhead, counter (simulated), regions >= 1 s: worst 0.10% (goal <= 0.5 %): met" in lines
+    assert any(line.startswith("meter overhead, sampling") and line.endswith("NOT MET") for line in lines)
+    assert "main job: the plugin adds 4.0% on top of the workloads (goal <= 10 %): met" in lines
+
+
+def test_run_all_rejects_an_unknown_benchmark():
+    done = subprocess.run([sys.executable, str(BENCH / "run_all.py"), "--only", "nope"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr
