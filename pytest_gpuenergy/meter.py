@@ -810,7 +810,13 @@ class EnergyMeter:
             started = self.clock()
             fn(*args, **kwargs)
             self.backend.synchronize()
-            calls = _calls_for(target_s, self.clock() - started)
+            one_call_s = self.clock() - started
+            # A synchronisation costs time of its own, which would make a short call look
+            # slower than it is (and its region too short): take off what an idle one costs.
+            synced = self.clock()
+            self.backend.synchronize()
+            one_call_s = max(one_call_s - (self.clock() - synced), 0.5 * one_call_s)
+            calls = _calls_for(target_s, one_call_s)
         per_gpu: list[list[Repetition]] = [[] for _ in self.gpus]
         notes: list[str] = []
         region: _Region | None = None
