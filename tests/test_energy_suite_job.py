@@ -1,0 +1,77 @@
+"""The main job, as the README's quick start runs it, and the budgets it checks against."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reference_workloads import list_workloads  # noqa: E402
+from reference_workloads.conftest import load_budgets  # noqa: E402
+
+# The caps the suite runs at that each simulated model allows (a T4's range, 60-70 W, has no 60 or 80 %).
+SIM_MODEL_CAPS = {"H100": ("60%", "80%", "100%"), "A100": ("60%", "80%", "100%"), "V100": ("60%", "80%", "100%"),
+                  "T4": ("100%",)}
+
+
+def test_the_main_job_passes_on_the_simulated_gpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")}
+    env["GPUENERGY_SIM_STATE"] = str(tmp_path / "sim-state")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "reference_workloads", "--gpu-caps=60%,80%,100%", "-p", "no:cacheprovider",
+         "-p", "no:randomly"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    out = done.stdout
+    cases = sum(len(spec.modes) for spec in list_workloads()) * 3
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert f"{cases} passed" in out
+    assert "backend sim: simulated GPUs" in out and "(sim): figures from the GPU simulator" in out
+    for spec in list_workloads():
+        for mode in spec.modes:
+            for cap in ("60%", "80%", "100%"):
+                assert f"test_energy[{spec.name}-{mode}-{cap}]" in out
+
+
+def test_budgets_cover_every_workload_mode_and_cap_of_the_simulated_models():
+    budgets = load_budgets()
+    for entry in budgets:
+        assert "(simulated)" in entry["gpu"], "simulator budgets must never match a real GPU's name"
+        assert entry["ets"] > 0 and entry["edp"] > 0 and entry["time"] > 0
+    for model, model_caps in SIM_MODEL_CAPS.items():
+        for spec in list_workloads():
+            for mode in spec.modes:
+                caps = {e.get("cap") for e in budgets
+                        if model in e["gpu"] and (e["workload"], e["mode"], e["size"]) == (spec.name, mode, "tiny")}
+                assert {*model_caps, None} <= caps, (model, spec.name, mode, caps)
+
+
+def test_a_budget_far_below_the_measurement_fails_the_suite_case(tmp_path):
+    """The budgets are live: the suite's case fails when its workload outgrows its budget (the first
+    listed of equally specific budgets wins, so this one is put first)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")}
+    env["GPUENERGY_SIM_STATE"] = str(tmp_path / "sim-state")
+    shrink = tmp_path / "conftest_shrink.py"
+    shrink.write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    for item in items:\n"
+        "        item.add_marker(pytest.mark.energy_budget(gpu='H100', cap='100%', ets=1e-6), append=False)\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "reference_workloads/test_energy_suite.py::test_energy[deepq-infer-100%]",
+         "--gpu-caps=100%", "-p", "no:cacheprovider", "-p", "conftest_shrink"],
+        cwd=ROOT, env={**env, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-3000:]
+    assert re.search(r"ETS [\d.e+-]+ J > budget 1e-06 J \(\+[\d.e+]+ %\)", done.stdout), done.stdout[-3000:]
