@@ -1,12 +1,11 @@
 """Run every benchmark, one after the other, and print a summary of the goals.
 
     python benchmarks/run_all.py --quick     # every figure, under 5 minutes on a 2-core machine
-    python benchmarks/run_all.py             # the full runs (about half an hour)
+    python benchmarks/run_all.py             # the full runs (more regions, lengths and trials; much longer)
 
 Each script prints its own tables and writes ``benchmarks/results/<name>[-quick].json``; this
 one then reads those results back and prints one line per goal, met or not. The benchmarks run
-one at a time (each one's timing would disturb another's). ``real_gpu.py`` is not run here: it
-needs a real NVIDIA GPU and runs only when asked.
+one at a time (each one's timing would disturb another's).
 """
 
 from __future__ import annotations
