@@ -644,7 +644,24 @@ def integrate_samples(
     centres = [when - window_s / 2 for _, when, _ in used]
     bounds = [t0] + [min(max((a + b) / 2, t0), t1) for a, b in zip(centres, centres[1:])] + [t1]
     energy_j = sum(watts * (b - a) for (_, _, watts), a, b in zip(used, bounds, bounds[1:]))
+    notes.extend(_gap_notes(samples, t0, t1, cadence))
     return RegionReading(energy_j, max(watts for _, _, watts in used), notes, resolution_limited=limited)
+
+
+def _gap_notes(samples: Sequence[tuple[float, float]], t0: float, t1: float, cadence: Cadence | None) -> list[str]:
+    """A note when power went unread for over two publication periods inside the region.
+
+    The sampler can be held up (a stalled process, an NVML call that blocks); the power over such
+    a gap is interpolated from the readings around it, which is fine for steady work and wrong for
+    work that changed meanwhile, so the figure says so.
+    """
+    period = (cadence.period_s if cadence is not None else None) or _NOMINAL_PERIOD_S
+    times = [t0] + [when for when, _ in samples if t0 < when < t1] + [t1]
+    gap_s = max(b - a for a, b in zip(times, times[1:]))
+    if gap_s <= 2 * period:
+        return []
+    return [f"power was not read for {gap_s * 1000:.0f} ms of the region (the sampler was held up): "
+            f"the energy over that gap is interpolated"]
 
 
 def _publications(samples: Sequence[tuple[float, float]], cadence: Cadence | None) -> list[tuple[float, float, float]]:

@@ -126,3 +126,14 @@ def test_measure_rejects_bad_arguments(backend, kwargs, message):
     meter = EnergyMeter(backend, backend.select(None))
     with pytest.raises(ValueError, match=message):
         meter.measure(spin, 0.01, **kwargs)
+
+
+def test_a_gap_in_the_power_readings_is_reported_not_hidden():
+    from pytest_gpuenergy.meter import integrate_samples
+
+    steady = [(0.01 * i, 300.0) for i in range(101)]                       # every 10 ms over 1 s
+    assert not integrate_samples(steady, 0.0, 1.0).notes
+    gapped = [(t, w) for t, w in steady if not 0.3 < t < 0.75]           # 450 ms without a reading
+    reading = integrate_samples(gapped, 0.0, 1.0)
+    assert reading.ets_j == pytest.approx(300.0, rel=0.01)
+    assert any("power was not read for 450 ms" in note for note in reading.notes), reading.notes
