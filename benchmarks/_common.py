@@ -76,8 +76,9 @@ def _version(package: str) -> str | None:
         return None
 
 
-def machine_info(simulated_gpus: Sequence[str] | str | None = None) -> dict[str, Any]:
-    """Where a benchmark ran. ``simulated_gpus``: the simulated GPU model name(s), if any."""
+def machine_info(simulated_gpus: Sequence[str] | str | None = None, real_gpu: str | None = None) -> dict[str, Any]:
+    """Where a benchmark ran. ``simulated_gpus``: the simulated GPU model name(s), if any;
+    ``real_gpu``: the real GPU measured (name, driver), if any."""
     if isinstance(simulated_gpus, str):
         simulated_gpus = [simulated_gpus]
     try:
@@ -102,7 +103,8 @@ def machine_info(simulated_gpus: Sequence[str] | str | None = None) -> dict[str,
         "pytest_gpuenergy": _version("pytest-gpuenergy"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "load_average_1_5_15min": load,
-        "gpu": "; ".join(f"simulated GPU: {g}" for g in gpus) if gpus else "none (no GPU used)",
+        "gpu": ("; ".join(f"simulated GPU: {g}" for g in gpus) if gpus
+                else f"real GPU: {real_gpu}" if real_gpu else "none (no GPU used)"),
         "simulated": bool(gpus),
     }
 
@@ -125,10 +127,10 @@ def result_path(name: str, quick: bool, out_dir: Path | None = None) -> Path:
 
 def write_result(
     name: str, payload: dict[str, Any], *, quick: bool, started: float, simulated_gpus: Sequence[str] | None = None,
-    out_dir: Path | None = None,
+    out_dir: Path | None = None, real_gpu: str | None = None,
 ) -> Path:
     """Write the benchmark's JSON document atomically and return its path."""
-    machine = machine_info(simulated_gpus)
+    machine = machine_info(simulated_gpus, real_gpu)
     document = {
         "format": FORMAT,
         "version": FORMAT_VERSION,

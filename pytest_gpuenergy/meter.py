@@ -811,9 +811,10 @@ class EnergyMeter:
 
         Each repetition is one region that calls ``fn`` often enough to last ``min_time_s``
         (default: the meter's, 0.5 s; never less than 0.3 s, three counter updates); the figures
-        are per call. A region the meter could not resolve is measured again with twice the
-        calls (up to three times). The last warm-up call is timed to size the region; with ``warmup=0`` the first repetition sizes it and, if it was too
-        short, it is measured again with more calls.
+        are per call. The last warm-up call is timed to size the regions; a region that comes
+        out shorter than half of that (or than 0.3 s) is continued with more calls, and one the
+        meter could not resolve is measured again with twice the calls (up to three times).
+        With ``warmup=0`` the first region sizes itself the same way.
         """
         _check_count("repeat", repeat, minimum=1)
         _check_count("warmup", warmup, minimum=0)
@@ -841,27 +842,44 @@ class EnergyMeter:
         while len(per_gpu[0]) < repeat:
             region = self._start_region()
             try:
-                for _ in range(calls or 1):
-                    fn(*args, **kwargs)
+                done = self._fill(region, fn, args, kwargs, calls or 1, max(target_s / 2, _MIN_REGION_S) if calls else target_s)
             except BaseException:
                 region.abandon()
                 raise
             readings, duration = region.finish()
             self.last_region = (region.t0, region.t1)
-            coarse = any(r.resolution_limited for r in readings)
-            if (coarse or duration < (target_s if calls is None else target_s / 2)) and resized < _MAX_RESIZES:
-                # A sizing run (warmup=0), a warm-up that was faster than the work, or a region
-                # the meter could not resolve: measure this repetition again with more calls.
-                calls = max(_calls_for(target_s, duration / (calls or 1)), 2 * (calls or 1) if coarse else 1)
+            if calls is None or done > calls:
+                calls = max(calls or 1, _calls_for(target_s, duration / done))   # the next regions' size
+            if any(r.resolution_limited for r in readings) and resized < _MAX_RESIZES:
+                # A region the meter could not resolve: measure it again with twice the calls.
+                calls = max(calls, 2 * done)
                 resized += 1
                 continue
-            used = calls or 1
-            calls = used
             for slot, reading in zip(per_gpu, readings):
-                slot.append(self._repetition(reading, duration, used))
+                slot.append(self._repetition(reading, duration, done))
             notes.extend(n for r in readings for n in r.notes)
         assert region is not None
         return self._record(region, per_gpu, sorted(set(notes)))
+
+    def _fill(self, region: "_Region", fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
+              at_least_s: float) -> int:
+        """Call ``fn`` ``calls`` times in the open region, then more until it lasts ``at_least_s``.
+
+        The number of calls comes from a timed warm-up call, which can be far off for calls of a
+        millisecond or less; a region that came out too short is continued (after a
+        synchronisation, so that the time counts finished work) instead of being thrown away.
+        """
+        done = 0
+        for _ in range(_MAX_RESIZES + 1):
+            for _ in range(calls):
+                fn(*args, **kwargs)
+            done += calls
+            self.backend.synchronize()
+            elapsed_s = self.clock() - region.t0
+            if elapsed_s >= at_least_s:
+                break
+            calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
+        return done
 
     # -- internals ------------------------------------------------------------------------------
     def _start_region(self) -> "_Region":

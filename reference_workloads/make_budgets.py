@@ -4,9 +4,10 @@
 
 For each simulated GPU model it runs the suite (``pytest reference_workloads``) ``--runs`` times
 at ``--caps`` on a private simulated machine, takes for every workload, mode and cap the
-highest ETS, EDP and T per step seen, and writes that times ``--margin`` as the budget; plus one
-budget per GPU model without a cap (the highest over the caps, times the margin) for caps the
-file does not list.
+highest ETS, EDP and T per step seen, and writes that times ``--margin`` as the budget (EDP:
+times the margin squared, since a machine k times slower multiplies ETS and T by k and so EDP by
+k squared); plus one budget per GPU model without a cap (the highest over the caps, times the
+margin) for caps the file does not list.
 
 On the simulator a workload's energy follows the CPU time its steps take on the machine that
 runs them, so the margin has to absorb the difference between this machine and the ones that
@@ -89,7 +90,7 @@ def budgets_from(rows: list[dict], margin: float, size: str) -> list[dict]:
     for (gpu, workload, mode, cap), figures in sorted(highest.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         entries.append({
             "gpu": gpu, "size": size, "workload": workload, "mode": mode, "cap": cap,
-            **{key: float(f"{value * margin:.4g}") for key, value in figures.items()},
+            **{key: float(f"{value * margin ** (2 if key == 'edp' else 1):.4g}") for key, value in figures.items()},
         })
     return entries
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-backend", default="sim", choices=("sim", "nvml"))
     parser.add_argument("--caps", default="60%,80%,100%", help="caps to measure at ('' for the current limit)")
     parser.add_argument("--runs", type=int, default=2, help="suite runs per model; the highest figure counts")
-    parser.add_argument("--margin", type=float, default=3.0, help="budget = highest measured figure x margin")
+    parser.add_argument("--margin", type=float, default=3.0, help="budget = highest measured figure x margin (EDP: x margin squared)")
     parser.add_argument("--size", default="tiny", choices=("tiny", "full"))
     parser.add_argument("--output", type=Path, default=HERE / "budgets.json")
     args = parser.parse_args(argv)

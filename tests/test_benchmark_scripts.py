@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,23 @@ def test_run_all_summarises_the_goals_met_and_missed(tmp_path):
 def test_run_all_rejects_an_unknown_benchmark():
     done = subprocess.run([sys.executable, str(BENCH / "run_all.py"), "--only", "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr
+
+
+def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "real_gpu.py"), "--backend", "sim", "--device", "cpu", "--size", "tiny", "--quick",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")},
+             "GPUENERGY_SIM_STATE": str(tmp_path / "sim-state")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SIMULATED GPU (dry run)" in done.stdout
+    result = json.loads((tmp_path / "real_gpu-quick.json").read_text())
+    assert result["simulated"] and result["gpu"]["simulated"] and result["machine"]["gpu"].startswith("simulated GPU")
+    assert result["limit_unchanged"] is True
+    comparison = result["counter_vs_sampling"]
+    assert comparison["counter_period_s"] == pytest.approx(0.1, abs=0.01)   # the simulator's documented period
+    assert abs(comparison["sampling_vs_counter"]) < 0.05
+    assert [row["workload"] for row in result["repeatability"]] == [
+        "residual-train-tiny", "vgg-train-tiny", "transformer-train-tiny"]

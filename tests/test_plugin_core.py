@@ -290,3 +290,64 @@ def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
         """
     ))
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+FAKE_DRIVER = '''
+"""Stands the GPU simulator in for the NVML library itself (the real pynvml module's functions),
+so that --gpu-backend=nvml runs the real-GPU code path; every call that could change the GPU's
+state is recorded and refused."""
+import os
+import pynvml
+from pytest_gpuenergy.sim.nvml import SimulatedNvml
+
+_sim = SimulatedNvml()
+_MUTATING = ("nvmlDeviceSetPowerManagementLimit", "nvmlDeviceSetApplicationsClocks", "nvmlDeviceSetGpuLockedClocks",
+             "nvmlDeviceSetPersistenceMode", "nvmlDeviceSetComputeMode", "nvmlDeviceResetGpuLockedClocks",
+             "nvmlDeviceResetApplicationsClocks", "nvmlDeviceSetPowerManagementLimit_v2")
+
+
+def _refuse(name):
+    def refused(*args, **kwargs):
+        with open(os.environ["MUTATIONS_LOG"], "a") as log:
+            log.write(name + "\\n")
+        raise pynvml.NVMLError_NoPermission()
+    return refused
+
+
+for _name in dir(_sim):
+    if _name.startswith("nvml"):
+        setattr(pynvml, _name, getattr(_sim, _name))
+for _name in _MUTATING:
+    setattr(pynvml, _name, _refuse(_name))
+'''
+
+
+def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state, monkeypatch):
+    """On a real GPU with no --gpu-caps the plugin only reads: no set call, the limit as it was."""
+    pytester.makepyfile(fake_driver=FAKE_DRIVER)
+    log = pytester.path / "mutations.log"
+    monkeypatch.setenv("MUTATIONS_LOG", str(log))
+    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path / "state"))
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    pytester.makepyfile(test_real=textwrap.dedent(
+        """
+        import time
+
+        def spin(seconds):
+            end = time.process_time() + seconds
+            while time.process_time() < end:
+                pass
+
+        def test_measured(gpu_power_cap, energy_meter):
+            energy_meter.measure(spin, 0.02, repeat=2)
+            part = energy_meter.result.per_gpu[0]
+            assert part.backend == "nvml" and not part.simulated
+            assert gpu_power_cap.label == "current"
+        """
+    ))
+    before = gpu_info()
+    result = pytester.runpytest_subprocess("-p", "fake_driver", "--gpu-backend=nvml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gpuenergy: backend nvml*"])
+    assert not log.exists(), log.read_text()
+    assert gpu_info() == before

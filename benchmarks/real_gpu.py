@@ -1,0 +1,209 @@
+"""On a real GPU, read-only: the energy counter against integrated power, its update period, repeatability, overhead.
+
+    python benchmarks/real_gpu.py                   # on a machine with an NVIDIA GPU (NVML)
+    python benchmarks/real_gpu.py --backend sim --device cpu --size tiny --quick   # a dry run
+
+It NEVER changes the GPU's power limit, clocks, persistence or compute mode: it reads NVML and
+runs work at whatever limit the GPU has (which the result records). Four parts:
+
+1. **Update period**: the energy counter and the instant-power field are polled every 0.5 ms for a
+   few seconds of steady work; the median interval between changes is each one's update period.
+2. **Counter against sampling**: over a steady workload of ``--steady-s`` seconds (default 12),
+   the counter's energy between its first and last change is compared with the trapezoidal
+   integral of the power readings (``NVML_FI_DEV_POWER_INSTANT``, else ``nvmlDeviceGetPowerUsage``)
+   over exactly the same interval.
+3. **Repeatability**: ``energy_meter.measure`` (5 repetitions of at least 2 s) on three full-size
+   reference workloads (residual, vgg, transformer, training); the coefficient of variation of ETS.
+4. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
+   interleaved; the median wall-time ratio minus one.
+
+The result goes to ``benchmarks/results/real_gpu[-quick].json`` with the GPU name, driver, CUDA and
+the date. With ``--backend sim`` every figure is from the GPU simulator and labelled so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import warnings
+from typing import Any, Callable
+
+import _common as common
+
+NAME = "real_gpu"
+WORKLOADS = ("residual", "vgg", "transformer")
+
+
+def steady_work(device: str) -> Callable[[float], None]:
+    """A function that keeps ``device`` busy with matmuls for about ``seconds`` (synchronised)."""
+    import torch
+
+    size = 8192 if device.startswith("cuda") else 256
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+
+    def run(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for _ in range(4):
+                torch.mm(a, b)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+
+    run(0.2)  # warm-up: kernels chosen, clocks up
+    return run
+
+
+def poll(read: Callable[[], int], seconds: float, interval_s: float = 0.0005) -> list[tuple[float, int]]:
+    """Read ``read()`` every ``interval_s`` for ``seconds``: ``(time, value)``."""
+    samples = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        samples.append((time.perf_counter(), read()))
+        time.sleep(interval_s)
+    return samples
+
+
+def in_background(fn: Callable[[], Any]) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def update_period_s(samples: list[tuple[float, int]]) -> float | None:
+    changes = [t for (t, v), (_, previous) in zip(samples[1:], samples) if v != previous]
+    gaps = [b - a for a, b in zip(changes, changes[1:])]
+    return statistics.median(gaps) if gaps else None
+
+
+def counter_vs_sampling(gpu: Any, work: Callable[[float], None], seconds: float) -> dict[str, Any]:
+    energy_thread, energy = in_background(lambda: poll(gpu.energy_mj, seconds + 1.0))
+    power_thread, power = in_background(lambda: poll(gpu.power_mw, seconds + 1.0, 0.005))
+    time.sleep(0.5)
+    work(seconds)
+    energy_thread.join()
+    power_thread.join()
+    counter = energy["value"]
+    changes = [(t, v) for (t, v), (_, previous) in zip(counter[1:], counter) if v != previous]
+    if len(changes) < 2:
+        return {"error": "the energy counter did not move"}
+    (t0, e0), (t1, e1) = changes[0], changes[-1]
+    readings = [(t, w / 1000.0) for t, w in power["value"] if t0 <= t <= t1]
+    integral_j = sum((b_t - a_t) * (a_w + b_w) / 2 for (a_t, a_w), (b_t, b_w) in zip(readings, readings[1:]))
+    counter_j = (e1 - e0) / 1000.0
+    return {
+        "interval_s": t1 - t0, "counter_j": counter_j, "sampling_j": integral_j,
+        "sampling_vs_counter": integral_j / counter_j - 1 if counter_j > 0 else None,
+        "mean_power_w": counter_j / (t1 - t0), "power_source": gpu.power_source,
+        "counter_period_s": update_period_s(counter), "power_period_s": update_period_s(power["value"]),
+    }
+
+
+def repeatability(backend: Any, gpu: Any, size: str, device: str, repeat: int, min_time_s: float) -> list[dict]:
+    from pytest_gpuenergy.meter import EnergyMeter
+    from reference_workloads import build
+
+    rows = []
+    for name in WORKLOADS:
+        workload = build(name, size=size, mode="train", device=device, seed=0)
+        workload.step()
+        meter = EnergyMeter(backend, [gpu])
+        result = meter.measure(workload.step, repeat=repeat, warmup=2, min_time_s=min_time_s)
+        ets = [rep.ets_j for rep in result.per_gpu[0].repetitions]
+        rows.append({
+            "workload": f"{name}-train-{size}", "repetitions": len(ets), "calls": result.per_gpu[0].repetitions[0].calls,
+            "ets_j_mean": statistics.fmean(ets), "ets_cv": statistics.stdev(ets) / statistics.fmean(ets) if len(ets) > 1 else None,
+            "time_s_per_step": result.time_s, "mean_power_w": result.per_gpu[0].summary.mean_power_w,
+            "method": result.method,
+        })
+        del workload
+    return rows
+
+
+def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...], pairs: int) -> list[dict]:
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    meter = EnergyMeter(backend, [gpu])
+    rows = []
+    for length in lengths:
+        plain, measured = [], []
+        for i in range(pairs):
+            for with_meter in ((True, False) if i % 2 else (False, True)):
+                started = time.perf_counter()
+                if with_meter:
+                    with meter:
+                        work(length)
+                    measured.append(time.perf_counter() - started)
+                else:
+                    work(length)
+                    plain.append(time.perf_counter() - started)
+        rows.append({"region_s": length, "pairs": pairs, "plain_median_s": statistics.median(plain),
+                     "measured_median_s": statistics.median(measured),
+                     "overhead": statistics.median(measured) / statistics.median(plain) - 1})
+    return rows
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--backend", default="nvml", choices=("nvml", "sim"), help="nvml (a real GPU, default) or sim (a dry run)")
+    p.add_argument("--gpu", default="0", help="which GPU (NVML index or UUID)")
+    p.add_argument("--device", default="cuda", help="torch device for the work (default cuda)")
+    p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
+    p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
+    args = p.parse_args()
+    import torch
+
+    from pytest_gpuenergy.device import open_backend
+
+    started = time.time()
+    backend = open_backend(args.backend)
+    gpu = backend.select(args.gpu)[0]
+    limits_before = gpu.limits()
+    warnings.simplefilter("ignore")
+    label = "SIMULATED GPU (dry run)" if backend.simulated else "real GPU, read-only"
+    print(f"{NAME}{' (quick)' if args.quick else ''}: {gpu.name}, {label}, driver {backend.driver_version}, "
+          f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
+    try:
+        work = steady_work(args.device)
+        steady_s = 3.0 if args.quick else args.steady_s
+        comparison = counter_vs_sampling(gpu, work, steady_s)
+        common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
+                           title=f"Energy counter against integrated power over {steady_s:g} s of steady work")
+        rows = repeatability(backend, gpu, args.size, args.device, 3 if args.quick else 5, 0.5 if args.quick else 2.0)
+        common.print_table(["workload", "reps", "calls", "ETS J", "CV", "T s/step", "P W", "method"],
+                           [[r["workload"], r["repetitions"], r["calls"], r["ets_j_mean"], common.pct(r["ets_cv"], 2),
+                             r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
+                           title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
+        over = overhead(backend, gpu, work, (1.0,) if args.quick else (1.0, 10.0), 3 if args.quick else 5)
+        common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
+                           [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
+                            for r in over], title="Meter overhead on steady GPU work")
+    finally:
+        limits_after = gpu.limits()
+        backend.close()
+    if limits_after.enforced_mw != limits_before.enforced_mw:
+        print(f"NOTE: the GPU's enforced limit changed during the run ({limits_before.enforced_mw} -> "
+              f"{limits_after.enforced_mw} mW) by something else: this script never sets it")
+    path = common.write_result(
+        NAME,
+        {
+            "description": "energy counter vs integrated power, update periods, repeatability and meter overhead, read-only",
+            "gpu": {"name": gpu.name, "uuid": gpu.uuid, "backend": backend.name, "driver": backend.driver_version,
+                    "cuda": torch.version.cuda, "limit_w": limits_before.enforced_mw / 1000,
+                    "default_limit_w": limits_before.default_mw / 1000, "simulated": backend.simulated},
+            "settings": {"steady_s": 3.0 if args.quick else args.steady_s, "size": args.size, "device": args.device},
+            "counter_vs_sampling": comparison,
+            "repeatability": rows,
+            "overhead": over,
+            "limit_unchanged": limits_after.enforced_mw == limits_before.enforced_mw,
+        },
+        quick=args.quick, started=started, simulated_gpus=[gpu.name] if backend.simulated else None, out_dir=args.out,
+        real_gpu=None if backend.simulated else f"{gpu.name}, driver {backend.driver_version}, CUDA {torch.version.cuda}",
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
