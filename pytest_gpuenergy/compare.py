@@ -13,7 +13,7 @@ are the figures the result tables show). A case **regresses** on a metric when
 An **improvement** is the mirror image (a decrease beyond the threshold whose upper bound is
 below 0 %). Anything else is **noise**. A metric without a threshold is reported with its change
 and interval but never gates: it reads ``increase``/``decrease`` when the change is real, else
-``noise``. With fewer than 2 repetitions on either side there is no spread to test against, so
+``noise``; it only labels the whole case (``changed``) when no metric is gated at all. With fewer than 2 repetitions on either side there is no spread to test against, so
 the threshold alone decides, and the result says so.
 
 The statistical test: Welch's t on the log of the ratio of means
@@ -551,10 +551,18 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
 
 
 def _case_verdict(metrics: Sequence[MetricChange]) -> str:
+    """Regression or improvement from the gated metrics; ``changed`` only when nothing is gated.
+
+    A user who gates on ETS asks whether ETS moved: an ungated T or EDP that drifted between
+    sessions (the machine's load changes wall time) keeps its change and interval in its own
+    column but does not relabel the case. Without any threshold every real change is news.
+    """
     verdicts = {m.verdict for m in metrics}
     for verdict in (REGRESSION, IMPROVEMENT):
         if verdict in verdicts:
             return verdict
+    if any(m.gated for m in metrics):
+        return NOISE
     return CHANGED if verdicts & {INCREASE, DECREASE} else NOISE
 
 

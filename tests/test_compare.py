@@ -209,6 +209,7 @@ def test_only_gated_metrics_regress():
     assert not comparison.failed
     case = next(c for c in comparison.cases if c.case_id == CASE)
     assert case.metric("ets").verdict == INCREASE and case.metric("ets").change_pct > 25
+    assert case.verdict == NOISE   # the gated metric (T) did not move: an ungated change does not relabel the case
 
 
 def test_new_and_missing_cases():
