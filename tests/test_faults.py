@@ -26,11 +26,18 @@ def no_journal(sim_state) -> bool:
     return not list((sim_state / "journal").glob("GPU-*.json"))
 
 
+def _default_sigint() -> None:
+    # A job started in the background by a non-interactive shell inherits SIGINT as ignored, and
+    # Python then installs no KeyboardInterrupt handler: give the run the disposition a terminal gives.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen:
-    """A pytest run in its own process, as a CI job would start it."""
+    """A pytest run in its own process, as a CI job or a terminal would start it."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_default_sigint,
     )
 
 
