@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 COUNTER = "counter"
@@ -73,68 +74,14 @@ class Summary:
         )
 
 
-@dataclass(frozen=True)
-class GpuResult:
-    """One GPU's part of a measurement, with everything needed to interpret it later."""
+class _SummaryFigures:
+    """The summary's figures as attributes of a result (``result.ets_j``, the names DESIGN.md fixes).
 
-    gpu_index: int
-    gpu_name: str
-    gpu_uuid: str
-    backend: str                     # "nvml" or "sim"
-    simulated: bool
-    method: str                      # "counter" or "sampling"
-    power_source: str | None         # for sampling: "instant" (field value) or "usage"
-    cap_label: str                   # "150W", "60%", "min", or "current" when nothing was changed
-    limit_requested_w: float | None  # None when the test did not ask for a cap
-    limit_enforced_w: float
-    default_limit_w: float
-    repetitions: tuple[Repetition, ...]
-    notes: tuple[str, ...] = ()
+    A subclass provides ``summary``; both a GPU's part and the whole measurement read the same way.
+    """
 
-    @property
-    def summary(self) -> Summary:
-        return Summary.of(self.repetitions)
+    summary: Summary
 
-    @property
-    def ets_j(self) -> float:
-        return self.summary.ets_j
-
-    @property
-    def time_s(self) -> float:
-        return self.summary.time_s
-
-    @property
-    def edp_js(self) -> float:
-        return self.summary.edp_js
-
-
-@dataclass(frozen=True)
-class EnergyResult:
-    """A measurement across the selected GPUs: ``ets_j`` is their total, per call of the work."""
-
-    per_gpu: tuple[GpuResult, ...]
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def repetitions(self) -> tuple[Repetition, ...]:
-        """Per repetition, energy summed over the GPUs (the region's time is the same on each)."""
-        reps = []
-        for parts in zip(*(g.repetitions for g in self.per_gpu)):
-            ets = sum(p.ets_j for p in parts)
-            time_s = parts[0].time_s
-            reps.append(Repetition(
-                ets_j=ets, time_s=time_s,
-                mean_power_w=ets / time_s if time_s > 0 else math.nan,
-                peak_power_w=sum(p.peak_power_w for p in parts),
-                calls=parts[0].calls,
-            ))
-        return tuple(reps)
-
-    @property
-    def summary(self) -> Summary:
-        return Summary.of(self.repetitions)
-
-    # The fixed names of DESIGN.md and the usual companions.
     @property
     def ets_j(self) -> float:
         return self.summary.ets_j
@@ -157,7 +104,7 @@ class EnergyResult:
 
     @property
     def n(self) -> int:
-        return len(self.repetitions)
+        return self.summary.n
 
     @property
     def ets_std_j(self) -> float:
@@ -166,6 +113,56 @@ class EnergyResult:
     @property
     def ets_cv(self) -> float:
         return self.summary.ets_cv
+
+
+@dataclass(frozen=True)
+class GpuResult(_SummaryFigures):
+    """One GPU's part of a measurement, with everything needed to interpret it later."""
+
+    gpu_index: int
+    gpu_name: str
+    gpu_uuid: str
+    backend: str                     # "nvml" or "sim"
+    simulated: bool
+    method: str                      # "counter" or "sampling"
+    power_source: str | None         # for sampling: "instant" (field value) or "usage"
+    cap_label: str                   # "150W", "60%", "min", or "current" when nothing was changed
+    limit_requested_w: float | None  # None when the test did not ask for a cap
+    limit_enforced_w: float
+    default_limit_w: float
+    repetitions: tuple[Repetition, ...]
+    notes: tuple[str, ...] = ()
+
+    @cached_property
+    def summary(self) -> Summary:
+        return Summary.of(self.repetitions)
+
+
+@dataclass(frozen=True)
+class EnergyResult(_SummaryFigures):
+    """A measurement across the selected GPUs: ``ets_j`` is their total, per call of the work."""
+
+    per_gpu: tuple[GpuResult, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def repetitions(self) -> tuple[Repetition, ...]:
+        """Per repetition, energy summed over the GPUs (the region's time is the same on each)."""
+        reps = []
+        for parts in zip(*(g.repetitions for g in self.per_gpu)):
+            ets = sum(p.ets_j for p in parts)
+            time_s = parts[0].time_s
+            reps.append(Repetition(
+                ets_j=ets, time_s=time_s,
+                mean_power_w=ets / time_s if time_s > 0 else math.nan,
+                peak_power_w=sum(p.peak_power_w for p in parts),
+                calls=parts[0].calls,
+            ))
+        return tuple(reps)
+
+    @cached_property
+    def summary(self) -> Summary:
+        return Summary.of(self.repetitions)
 
     @property
     def method(self) -> str:

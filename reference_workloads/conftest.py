@@ -39,9 +39,21 @@ def workload_size(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def workload_device(pytestconfig: pytest.Config) -> str:
+    """The torch device; on the CPU, torch runs single-threaded for the whole suite.
+
+    On the CPU the workloads stand in for GPU work, and the simulated GPU counts the process's
+    CPU time as that work. With several intra-op threads, a machine whose other core is busy
+    makes torch's threads spin-wait at every barrier: the CPU time of a step, and so its
+    simulated energy, grew up to 17x under one busy neighbour (2-core machine). One thread
+    keeps a step's CPU time what the step needs, whatever else runs; the tiny sizes gain
+    nothing from a second thread anyway.
+    """
     import torch
 
-    return _setting(pytestconfig, "workload_device", "cuda" if torch.cuda.is_available() else "cpu")
+    device = _setting(pytestconfig, "workload_device", "cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+    return device
 
 
 def load_budgets(path: Path = BUDGETS_FILE) -> list[dict]:

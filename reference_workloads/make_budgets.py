@@ -1,17 +1,21 @@
 """Regenerate ``budgets.json`` from measured runs of the energy suite.
 
-    python reference_workloads/make_budgets.py --models H100,V100,A100,T4 --runs 2
+    python reference_workloads/make_budgets.py --models H100,V100,A100,T4 --runs 3
 
-For each simulated GPU model it runs the suite (``pytest reference_workloads``) ``--runs`` times
-at ``--caps`` on a private simulated machine, takes for every workload, mode and cap the
-highest ETS, EDP and T per step seen, and writes that times ``--margin`` as the budget (EDP:
-times the margin squared, since a machine k times slower multiplies ETS and T by k and so EDP by
-k squared); plus one budget per GPU model without a cap (the highest over the caps, times the
-margin) for caps the file does not list.
+For each simulated GPU model it runs the suite ``--runs`` times at ``--caps`` on a private
+simulated machine, each run exactly as the README's main job runs: a fresh
+``python -m pytest reference_workloads`` process (a process that already ran the suite has a warm
+torch and measures steps up to a few times faster than a new one would), saving a run document
+with ``--energy-save`` into a temporary folder. For every workload, mode and cap it takes the
+highest ETS, EDP and T per step of those documents and writes that times ``--margin`` as the
+budget (EDP: times the margin squared, since a machine k times slower multiplies ETS and T by k
+and so EDP by k squared); plus one budget per GPU model without a cap (the highest over the caps,
+times the margin) for caps the file does not list.
 
 On the simulator a workload's energy follows the CPU time its steps take on the machine that
 runs them, so the margin has to absorb the difference between this machine and the ones that
-will run the suite: the default of 3x is there for that, and still catches a workload that
+will run the suite: the default of 4x is there for that (one case's step time varies up to 1.8x
+between fresh processes on one machine), and still catches a workload that
 starts doing several times the work. Budgets for real GPU models are added from runs on those
 GPUs (``--gpu-backend=nvml``, no ``--caps`` unless you may change limits there), never invented.
 """
@@ -23,60 +27,52 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
 
 from pytest_gpuenergy.fileio import atomic_write_json  # noqa: E402
-from pytest_gpuenergy.plugin import SESSION_KEY  # noqa: E402
+from pytest_gpuenergy.storage import RunStore  # noqa: E402
 
 FIGURES = (("ets", "ets_j"), ("edp", "edp_js"), ("time", "time_s"))
 
 
-class _Collector:
-    """A pytest plugin object that keeps the session's per-case summaries."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        energy = session.config.stash.get(SESSION_KEY, None)
-        if energy is None:
-            return
-        for case in energy.cases.values():
-            params = case.test_id.split("[", 1)[1].rstrip("]")
-            for gpu in case.merged.per_gpu:
-                workload_mode = params[: -len(gpu.cap_label) - 1] if params.endswith("-" + gpu.cap_label) else params
-                workload, mode = workload_mode.rsplit("-", 1)
-                summary = gpu.summary
-                self.rows.append({
-                    "gpu": gpu.gpu_name, "simulated": gpu.simulated, "workload": workload, "mode": mode,
-                    "cap": gpu.cap_label, **{key: getattr(summary, attr) for key, attr in FIGURES},
-                })
-
-
 def run_suite(args: argparse.Namespace, model: str | None) -> list[dict]:
-    collector = _Collector()
-    with tempfile.TemporaryDirectory() as state:
+    """One run of the suite in a fresh process; its saved document's cases as rows."""
+    with tempfile.TemporaryDirectory(prefix="gpuenergy-budgets-") as folder:
+        env = dict(os.environ)
         if model is not None:
-            os.environ["GPUENERGY_SIM_GPUS"] = model
-            os.environ["GPUENERGY_SIM_STATE"] = state
-        pytest_args = [str(HERE), "-q", "-p", "no:cacheprovider", f"--gpu-backend={args.gpu_backend}",
-                       f"--workload-size={args.size}"]
+            env.update(GPUENERGY_SIM_GPUS=model, GPUENERGY_SIM_STATE=str(Path(folder) / "sim"))
+            env.pop("GPUENERGY_SIM_NOISE", None)
+            env.pop("GPUENERGY_SIM_FAULTS", None)
+        storage = Path(folder) / "runs"
+        command = [sys.executable, "-m", "pytest", "reference_workloads", "-q", "-p", "no:cacheprovider",
+                   f"--gpu-backend={args.gpu_backend}", f"--workload-size={args.size}",
+                   "--energy-save", f"--energy-storage={storage}"]
         if args.caps:
-            pytest_args.append(f"--gpu-caps={args.caps}")
+            command.append(f"--gpu-caps={args.caps}")
         # Cases over the current budgets still report their figures; only a suite that did not
         # run is an error.
-        exit_code = pytest.main(pytest_args, plugins=[collector])
-    if exit_code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) or not collector.rows:
-        raise SystemExit(f"the suite did not run (pytest exit code {exit_code})")
-    return collector.rows
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        documents = RunStore(storage).runs() if storage.exists() else []
+        if done.returncode not in (0, 1) or not documents:
+            raise SystemExit(f"the suite did not run (pytest exit code {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    rows = []
+    for document in documents:
+        for case in document.cases:
+            params = case.case_id.split("[", 1)[1].rstrip("]")          # e.g. "alexnet-train-60%"
+            workload_mode = params[: -len(case.cap) - 1] if params.endswith("-" + case.cap) else params
+            workload, mode = workload_mode.rsplit("-", 1)
+            summary = case.summary
+            rows.append({"gpu": case.gpu_name, "simulated": case.simulated, "workload": workload, "mode": mode,
+                         "cap": case.cap, **{key: getattr(summary, attr) for key, attr in FIGURES}})
+    return rows
 
 
 def budgets_from(rows: list[dict], margin: float, size: str) -> list[dict]:
@@ -100,15 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="H100", help="simulated GPU models, comma-separated (default H100)")
     parser.add_argument("--gpu-backend", default="sim", choices=("sim", "nvml"))
     parser.add_argument("--caps", default="60%,80%,100%", help="caps to measure at ('' for the current limit)")
-    parser.add_argument("--runs", type=int, default=2, help="suite runs per model; the highest figure counts")
-    parser.add_argument("--margin", type=float, default=3.0, help="budget = highest measured figure x margin (EDP: x margin squared)")
+    parser.add_argument("--runs", type=int, default=3, help="suite runs per model, each a fresh process; the highest figure counts")
+    parser.add_argument("--margin", type=float, default=4.0, help="budget = highest measured figure x margin (EDP: x margin squared)")
     parser.add_argument("--size", default="tiny", choices=("tiny", "full"))
     parser.add_argument("--output", type=Path, default=HERE / "budgets.json")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.margin < 1:
         parser.error("--runs must be >= 1 and --margin >= 1")
     models = [m.strip() for m in args.models.split(",")] if args.gpu_backend == "sim" else [None]
-    rows = [row for model in models for _ in range(args.runs) for row in run_suite(args, model)]
+    rows = []
+    for model in models:
+        for number in range(args.runs):
+            print(f"{model or args.gpu_backend}: run {number + 1}/{args.runs}", flush=True)
+            rows.extend(run_suite(args, model))
     keep = [] if not args.output.exists() else [
         entry for entry in json.loads(args.output.read_text(encoding="utf-8"))["budgets"]
         if entry["gpu"] not in {row["gpu"] for row in rows} or entry["size"] != args.size
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "generated_by": "python reference_workloads/make_budgets.py " + " ".join(argv or sys.argv[1:]),
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)",
+        "runs": args.runs,
         "margin": args.margin,
         "note": "per step of each workload; entries for simulated GPUs come from the simulator, not from real GPUs",
         "budgets": keep + budgets_from(rows, args.margin, args.size),
