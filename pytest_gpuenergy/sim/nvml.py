@@ -20,13 +20,16 @@ How the simulated GPU advances (see ``dvfs`` for the power model):
 * The energy counter is published every ``counter_period_s`` (100 ms), instant power is the
   average of a 25 ms window published every 100 ms, and ``nvmlDeviceGetPowerUsage`` averages 1 s
   on Hopper: the plugin's meter has to cope with the same coarse readings as on real hardware.
+* Several processes share a GPU's energy through its state file: a process commits its work
+  there at least every second, at a ``simSynchronize`` 100 ms or more after its last commit, and
+  whenever it takes or hands over GPUs (``simUseDevices``), shuts down or exits.
 * Noise (``GPUENERGY_SIM_NOISE``, a coefficient of variation, seeded by ``GPUENERGY_SIM_SEED``)
   multiplies the busy power by a factor drawn anew at each ``simSynchronize``, so each measured
   region sees one draw.
 
 Several processes may share a simulated GPU: the limit and the committed energy live in its state
-file; each process commits its own energy at every synchronisation and at least once a second.
-Power readings show the idle power plus the reading process's own work.
+file (see above for when each process commits its own energy). Power readings show the idle power
+plus the reading process's own work.
 """
 
 from __future__ import annotations
@@ -55,7 +58,11 @@ NOISE_ENV = "GPUENERGY_SIM_NOISE"
 SEED_ENV = "GPUENERGY_SIM_SEED"
 
 _HISTORY_S = 2.5          # power history kept for windowed averages (the longest window is 1 s)
-_COMMIT_PERIOD_S = 1.0   # besides every simSynchronize; file I/O costs the GIL (see state.py)
+_COMMIT_PERIOD_S = 1.0   # at the latest; file I/O costs the GIL (see state.py)
+# simSynchronize commits no more often than this: a commit is a locked rewrite of the state file
+# (about 1.5 ms), and other processes see a real GPU's counter as late as its 100 ms publication.
+# A process hands a GPU over (simUseDevices, shutdown, exit) with everything committed.
+_SYNC_COMMIT_PERIOD_S = 0.1
 _DRIVER_VERSION = "simulated"
 
 
@@ -431,9 +438,13 @@ class SimulatedNvml:
         """
         with self._lock:
             self._require_init()
+            wanted = {i for i in indices if 0 <= i < len(self._devices)}
             for device in self._devices:
                 device.advance()
-            self._set_active({i for i in indices if 0 <= i < len(self._devices)})
+                if wanted != self.active:
+                    device.commit()   # a hand-over: the next holder's counter starts after this work
+            if wanted != self.active:
+                self._set_active(wanted)
 
     def _set_active(self, indices: set[int]) -> None:
         for device in self._devices:
@@ -466,7 +477,8 @@ class SimulatedNvml:
         with self._lock:
             for device in self._devices:
                 device.advance()
-                device.commit()
+                if device.last_wall - device.last_commit >= _SYNC_COMMIT_PERIOD_S:
+                    device.commit()
                 device.new_noise_epoch()
 
     def simExactEnergyMj(self, handle: SimDeviceHandle, wall_time: float | None = None) -> float:
