@@ -183,7 +183,7 @@ def main() -> None:
             "rows": rows,
             "regions": regions,
         },
-        quick=args.quick, started=started, simulated_gpus=gpu_names,
+        quick=args.quick, started=started, simulated_gpus=gpu_names, out_dir=args.out,
     )
     print(f"wrote {path}")
 

@@ -255,12 +255,15 @@ class _Worker(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        self.cpu_s = 0.0   # this thread's CPU time: what watching cost the process
 
     def run(self) -> None:
         try:
             self.work()
         except BaseException as exc:  # handed over in finish()
             self.error = exc
+        finally:
+            self.cpu_s = time.thread_time()
 
     def work(self) -> None:
         raise NotImplementedError
@@ -745,6 +748,7 @@ class EnergyMeter:
         self.on_result = on_result
         self.results: list[EnergyResult] = []
         self.last_region: tuple[float, float] | None = None
+        self.last_thread_cpu_s: float | None = None   # CPU time the meter's threads used in that region
         self._open_region: _Region | None = None
 
     # -- public API ------------------------------------------------------------------------
@@ -782,7 +786,7 @@ class EnergyMeter:
             region.abandon()
             return
         readings, duration = region.finish()
-        self.last_region = (region.t0, region.t1)
+        self.last_region, self.last_thread_cpu_s = (region.t0, region.t1), region.thread_cpu_s
         notes = [n for r in readings for n in r.notes]
         limited = [probe for probe, r in zip(region.probes, readings) if r.resolution_limited]
         if limited:
@@ -847,7 +851,7 @@ class EnergyMeter:
                 region.abandon()
                 raise
             readings, duration = region.finish()
-            self.last_region = (region.t0, region.t1)
+            self.last_region, self.last_thread_cpu_s = (region.t0, region.t1), region.thread_cpu_s
             if calls is None or done > calls:
                 calls = max(calls or 1, _calls_for(target_s, duration / done))   # the next regions' size
             if any(r.resolution_limited for r in readings) and resized < _MAX_RESIZES:
@@ -954,6 +958,7 @@ class _Region:
         self.others = _other_processes([p.gpu for p in probes])
         self.t0 = clock()
         self.t1 = math.nan
+        self.thread_cpu_s = math.nan
 
     def finish(self) -> tuple[list[RegionReading], float]:
         self.backend.synchronize()
@@ -967,6 +972,7 @@ class _Region:
                 first_error = first_error or GpuLostError(f"{probe.gpu.label} is lost (NVML: GPU is lost)")
             except (MeasurementError, pynvml.NVMLError) as exc:
                 first_error = first_error or _as_measurement_error(probe.gpu, exc)
+        self.thread_cpu_s = sum(_worker_of(probe).cpu_s for probe in self.probes)
         if first_error is not None:
             raise first_error
         for gpu_pids_before, gpu_pids_after, reading, probe in zip(self.others, others, readings, self.probes):
@@ -1002,6 +1008,12 @@ def _other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
             pids = set()
         found.append(pids)
     return found
+
+
+def _worker_of(probe: CounterProbe | SamplingProbe) -> _TickWatcher:
+    worker = probe.watcher if isinstance(probe, CounterProbe) else probe.sampler
+    assert worker is not None, "the probe was never started"
+    return worker
 
 
 def _quietly_stop(probe: Any) -> None:

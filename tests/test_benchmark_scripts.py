@@ -54,15 +54,23 @@ def test_pytest_benchmark_rule_is_a_plain_threshold_on_the_mean():
 
 def test_run_all_summarises_the_goals_met_and_missed(tmp_path):
     write = lambda name, data: (tmp_path / f"{name}-quick.json").write_text(json.dumps(data))  # noqa: E731
-    write("meter_overhead", {"region_overhead": [
-        {"mode": "counter", "goal_applies": True, "overhead": 0.001},
-        {"mode": "sampling", "goal_applies": True, "overhead": 0.02},
-        {"mode": "counter", "goal_applies": False, "overhead": 0.5},
-    ]})
+    write("meter_overhead", {
+        "region_overhead": [
+            {"mode": "counter", "goal_applies": True, "goal_verdict": "undecided"},
+            {"mode": "sampling", "goal_applies": True, "goal_verdict": "missed"},
+            {"mode": "counter", "goal_applies": False, "goal_verdict": None},
+        ],
+        "region_decomposition": [
+            {"mode": "counter", "goal_applies": True, "estimated_overhead": 0.001},
+            {"mode": "sampling", "goal_applies": True, "estimated_overhead": 0.02},
+            {"mode": "counter", "goal_applies": False, "estimated_overhead": 0.5},
+        ],
+    })
     write("suite_time", {"goal": {"plugin_share_of_workloads": 0.04, "met": True}})
     lines = run_all.goal_lines(tmp_path, quick=True)
-    assert "meter overhead, counter (simulated), regions >= 1 s: worst 0.10% (goal <= 0.5 %): met" in lines
-    assert any(line.startswith("meter overhead, sampling") and line.endswith("NOT MET") for line in lines)
+    assert ("meter overhead, counter (simulated), regions >= 1 s: worst estimate 0.10% (goal <= 0.5 %): met; "
+            "direct measurement: 1 undecided") in lines
+    assert any(line.startswith("meter overhead, sampling") and "NOT MET; direct measurement: 1 missed" in line for line in lines)
     assert "main job: the plugin adds 4.0% on top of the workloads (goal <= 10 %): met" in lines
 
 

@@ -150,3 +150,12 @@ def test_a_gap_in_the_power_readings_is_reported_not_hidden():
     reading = integrate_samples(gapped, 0.0, 1.0)
     assert reading.ets_j == pytest.approx(300.0, rel=0.01)
     assert any("power was not read for 450 ms" in note for note in reading.notes), reading.notes
+
+
+def test_the_meter_reports_what_its_own_thread_cost(backend):
+    """The overhead benchmark's decomposition reads this: CPU the meter's thread used in a region."""
+    meter = EnergyMeter(backend, backend.select(None))
+    assert meter.last_thread_cpu_s is None
+    with meter:
+        spin(0.3)
+    assert 0.0 < meter.last_thread_cpu_s < 0.1   # a few ms of reads per 100 ms tick, never the work itself
