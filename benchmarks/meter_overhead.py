@@ -55,7 +55,7 @@ QUICK_LENGTHS = (0.01, 0.1, 1.0)
 def rounds_for(length_s: float, quick: bool) -> int:
     """Interleaved pairs per case: enough short ones for a precise fixed cost, as many long ones as time allows."""
     if quick:
-        return 16 if length_s < 0.5 else 8
+        return 16 if length_s < 0.5 else 6
     return {0.01: 40, 0.03: 40, 0.1: 25, 0.3: 15, 1.0: 15, 3.0: 9, 10.0: 5}.get(length_s, 5)
 
 
