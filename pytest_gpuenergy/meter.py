@@ -89,8 +89,12 @@ class Cadence:
     lattice: the period comes from a least-squares fit over the recent brackets and the phase
     from their intersection, which is far tighter than any one of them.
 
-    The brackets also bound how wrong the lattice can be: every (phase, period) consistent with
-    all of them is possible, so ``error_at(t)`` grows with the distance from the brackets. While
+    The brackets also bound how wrong the lattice can be. Bracket i holds its tick k_i, and the
+    true period lies in the interval all pairs of brackets allow, so tick k lies within bracket i
+    shifted by (k - k_i) periods of that interval, for every i at once: the intersection of those
+    shifted brackets is where the true tick can be, and ``error_at(t)`` is how far the lattice's
+    tick may lie from either end of it. Near the brackets that is a fraction of one bracket's
+    width (many brackets agree); it grows with the distance from them. While
     that bound is small the watching threads stop polling around every tick and read only just
     before and just after the expected tick (``confident``), a tenth of the wake-ups. A read that
     contradicts the lattice anyway (a tick seen well before it was due, or not seen after it) is a
@@ -103,9 +107,8 @@ class Cadence:
         self.period_s: float | None = None
         self.phase_s: float | None = None           # the lattice tick nearest the newest bracket
         self.inconsistency_s: float | None = None   # how far the brackets miss any one lattice (0: none)
-        self._phase_width_s = math.inf              # width of the phase interval all brackets allow
-        self._period_width_s = math.inf             # width of the period interval all brackets allow
-        self._span_periods = 0                      # periods between the oldest and the newest bracket
+        self._period_range_s = (0.0, math.inf)      # the periods all brackets allow
+        self._numbered: list[tuple[float, float, int]] = []   # (after, before, tick number; newest 0)
         self.misses = 0
 
     def add(self, observation: Observation) -> None:
@@ -120,12 +123,18 @@ class Cadence:
 
     def error_at(self, moment: float) -> float:
         """How far the lattice's tick nearest ``moment`` may be from the true one (inf: unknown)."""
-        if self.period_s is None or self.phase_s is None or self.inconsistency_s != 0.0 or len(self.observations) < 2:
+        if self.period_s is None or self.phase_s is None or self.inconsistency_s != 0.0 or len(self._numbered) < 2:
             return math.inf
-        # The phase interval is the one at the chosen period; the true period may differ by half
-        # the period interval, which moves the phase by that much per period of the brackets' span.
-        periods_away = abs(round((moment - self.phase_s) / self.period_s))
-        return (self._phase_width_s + (self._span_periods + periods_away) * self._period_width_s) / 2
+        k = round((moment - self.phase_s) / self.period_s)
+        period_low, period_high = self._period_range_s
+        low, high = -math.inf, math.inf
+        for after, before, k_i in self._numbered:
+            steps = k - k_i
+            shortest, longest = (period_low, period_high) if steps >= 0 else (period_high, period_low)
+            low = max(low, after + steps * shortest)
+            high = min(high, before + steps * longest)
+        predicted = self.phase_s + k * self.period_s
+        return max(predicted - low, high - predicted, 0.0)
 
     def confident(self, moment: float) -> bool:
         """Whether the lattice is good enough at ``moment`` to read only around its ticks."""
@@ -152,6 +161,7 @@ class Cadence:
         self.misses += 1
         if self.misses >= _MAX_MISSES:
             self.observations.clear()
+            self._numbered.clear()
             self.inconsistency_s = None
             self.misses = 0
 
@@ -188,13 +198,12 @@ class Cadence:
         if period_low <= period_high and low <= high:
             phase = (low + high) / 2
             self.inconsistency_s = 0.0
-            self._phase_width_s = high - low
-            self._period_width_s = period_high - period_low
-            self._span_periods = ks[-1] - ks[0]
+            self._period_range_s = (period_low, period_high)
+            self._numbered = [(o.after, o.before, k) for o, k in zip(obs, ks)]
         else:  # not strictly periodic (jitter): the least-squares period, the average phase
             phase = statistics.fmean(m - k * period for m, k in zip(middles, ks))
             self.inconsistency_s = max(low - high, 0.0) + max(period_low - period_high, 0.0) * (ks[-1] - ks[0])
-            self._phase_width_s = self._period_width_s = math.inf
+            self._period_range_s, self._numbered = (0.0, math.inf), []
         self.period_s, self.phase_s = period, phase
 
     def date(self, observation: Observation) -> tuple[float, bool]:
@@ -240,12 +249,17 @@ def _slope(xs: Sequence[int], ys: Sequence[float], weights: Sequence[float]) -> 
     return sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys)) / sxx
 
 
-_CADENCES: dict[tuple[str, str], Cadence] = {}
+_CADENCES: dict[tuple[str, str, Callable[[], float]], Cadence] = {}
 
 
-def cadence_of(gpu: Gpu, reading: str = "energy") -> Cadence:
-    """The publication lattice of one GPU's ``reading`` ("energy" counter or "power"), kept per process."""
-    return _CADENCES.setdefault((gpu.uuid, reading), Cadence())
+def cadence_of(gpu: Gpu, reading: str, clock: Callable[[], float]) -> Cadence:
+    """The publication lattice of one GPU's ``reading`` ("energy" counter or "power") on ``clock``.
+
+    Kept per process, so that a new region starts from what earlier ones learned; per clock,
+    since a lattice's times mean nothing on another clock (``time.time`` and ``perf_counter``
+    are 1.7e9 s apart).
+    """
+    return _CADENCES.setdefault((gpu.uuid, reading, clock), Cadence())
 
 
 class _Worker(threading.Thread):
@@ -394,7 +408,7 @@ class CounterWatcher(_TickWatcher):
     """
 
     def __init__(self, gpu: Gpu, clock: Callable[[], float], poll_s: float) -> None:
-        super().__init__(f"gpuenergy-counter-{gpu.index}", gpu, clock, cadence_of(gpu, "energy"), poll_s)
+        super().__init__(f"gpuenergy-counter-{gpu.index}", gpu, clock, cadence_of(gpu, "energy", clock), poll_s)
 
     def value(self) -> int:
         return self.gpu.energy_mj()
@@ -419,7 +433,7 @@ class PowerSampler(_TickWatcher):
     """
 
     def __init__(self, gpu: Gpu, clock: Callable[[], float], interval_s: float) -> None:
-        super().__init__(f"gpuenergy-sampler-{gpu.index}", gpu, clock, cadence_of(gpu, "power"), interval_s)
+        super().__init__(f"gpuenergy-sampler-{gpu.index}", gpu, clock, cadence_of(gpu, "power", clock), interval_s)
 
     def value(self) -> int:
         return self.gpu.power_mw()

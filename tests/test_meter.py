@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 
@@ -11,7 +12,7 @@ from pytest_gpuenergy.capping import PowerCapper, parse_cap
 from pytest_gpuenergy.device import open_backend
 from pytest_gpuenergy.errors import MeasurementError
 from pytest_gpuenergy.journal import journal_for
-from pytest_gpuenergy.meter import EnergyMeter
+from pytest_gpuenergy.meter import Cadence, EnergyMeter, Observation
 from pytest_gpuenergy.sim.models import GPU_MODELS
 
 
@@ -159,3 +160,61 @@ def test_the_meter_reports_what_its_own_thread_cost(backend):
     with meter:
         spin(0.3)
     assert 0.0 < meter.last_thread_cpu_s < 0.1   # a few ms of reads per 100 ms tick, never the work itself
+
+
+# -- the counter's tick lattice ---------------------------------------------------------------------
+
+def _brackets(rng, phase_s, period_s, ticks, widest_s):
+    """Brackets (read before, read after) around ``ticks`` of a strictly periodic lattice."""
+    out = []
+    for k in ticks:
+        tick = phase_s + k * period_s
+        before_tick = rng.uniform(0.0002, widest_s)
+        out.append(Observation(tick - before_tick, tick + rng.uniform(0.0002, widest_s - before_tick + 0.0002), k))
+    return out
+
+
+def test_the_lattice_error_bound_always_holds_the_true_tick():
+    """Soundness: for random lattices and brackets, every true tick lies within the bound of the lattice's tick.
+
+    As the watchers take them: brackets up to 6 ms wide and at most 8 ticks apart, a period
+    within 0.5 % of the nominal 100 ms (so that ticks are numbered right: the bound is about where
+    a numbered tick is). Checked where the meter relies on the bound: below a quarter period.
+    """
+    rng = random.Random(7)
+    for _ in range(300):
+        period_s = rng.uniform(0.0995, 0.1005)
+        phase_s = rng.uniform(0, 1000)
+        cadence = Cadence()
+        ticks = [0]
+        for _ in range(rng.randint(1, 20)):
+            ticks.append(ticks[-1] + rng.randint(1, 8))
+        for observation in _brackets(rng, phase_s, period_s, ticks, rng.choice([0.001, 0.003, 0.006])):
+            cadence.add(observation)
+        for k in range(ticks[0] - 5, ticks[-1] + 20):
+            true_tick = phase_s + k * period_s
+            moment = true_tick + rng.uniform(-0.2, 0.2) * period_s
+            error = cadence.error_at(moment)
+            if error < 0.25 * period_s:
+                lattice_tick = cadence.tick_at(round((moment - cadence.phase_s) / cadence.period_s))
+                assert abs(lattice_tick - true_tick) <= error + 1e-9
+
+
+def test_many_agreeing_brackets_bound_the_tick_well_below_one_brackets_width():
+    rng = random.Random(3)
+    cadence = Cadence()
+    for observation in _brackets(rng, 12.345, 0.1, range(0, 64, 4), 0.006):   # 16 brackets up to 6 ms wide
+        cadence.add(observation)
+    newest = 12.345 + 60 * 0.1
+    assert cadence.error_at(newest + 0.1) < 0.002          # the next tick: well under the 6 ms of one bracket
+    assert cadence.error_at(newest + 0.1) < cadence.error_at(newest + 30.0)   # and the bound grows with distance
+
+
+def test_a_meter_on_another_clock_does_not_spoil_the_lattice_of_this_one(backend):
+    """Lattices are kept per process and GPU; one learned on ``time.time`` (the accuracy benchmark's
+    clock) must not be used by a meter on ``perf_counter``, whose numbers are 1.7e9 s apart."""
+    gpus = backend.select(None)
+    EnergyMeter(backend, gpus, clock=time.time).measure(spin, 0.05, warmup=1, min_time_s=1.0)
+    meter = EnergyMeter(backend, gpus)
+    result = meter.measure(spin, 0.05, warmup=1, min_time_s=0.3)
+    assert not result.notes and result.repetitions[0].calls < 20   # dated at once, not grown to seconds
