@@ -49,7 +49,6 @@ _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3
 _NOMINAL_PERIOD_S = 0.1          # NVML's documented counter update period, until observed
 _LATTICE_WINDOW_S = 5.0          # tick brackets older than this are forgotten (clock drift)
 _LATTICE_MAX_OBSERVATIONS = 16   # ...and only this many are kept: a fit costs the GIL, ~3 us per bracket
-_SNAP_TOLERANCE = 0.03           # of a period: how far past a bracket's end a lattice tick may fall
 _LEAD_S = 0.0015                 # a confident watcher reads this long (and a random extra) before and after a tick
 _CONFIDENT_OBSERVATIONS = 4      # brackets a lattice needs before the watchers trust it
 _REFRESH_EVERY = 4               # a confident watcher brackets one tick in this many, and reads the rest once
@@ -144,10 +143,14 @@ class Cadence:
             and self.error_at(moment) <= _CONFIDENT_ERROR_S
         )
 
-    def tick_index(self, moment: float) -> int:
-        """The number of the latest lattice tick at or before ``moment`` (with a small tolerance)."""
+    def latest_ticks(self, moment: float, error: float) -> tuple[int, int]:
+        """The number of the latest lattice tick at or before ``moment``: for sure, and at most.
+
+        They differ when ``moment`` lies within ``error`` of a tick: it may be either side of it.
+        """
         assert self.period_s is not None and self.phase_s is not None
-        return math.floor((moment + _SNAP_TOLERANCE * self.period_s - self.phase_s) / self.period_s)
+        return (math.floor((moment - error - self.phase_s) / self.period_s),
+                math.floor((moment + error - self.phase_s) / self.period_s))
 
     def tick_at(self, index: int) -> float:
         assert self.period_s is not None and self.phase_s is not None
@@ -682,25 +685,35 @@ def _gap_notes(samples: Sequence[tuple[float, float]], t0: float, t1: float, cad
 
 
 def _publications(samples: Sequence[tuple[float, float]], cadence: Cadence | None) -> list[tuple[float, float, float]]:
-    """The distinct publications the samples saw: ``(published no earlier than, published at, watts)``."""
-    lattice = None
-    if cadence is not None and max(cadence.error_at(samples[0][0]), cadence.error_at(samples[-1][0])) <= _DATING_ERROR_S:
-        lattice = cadence
+    """The distinct publications the samples saw: ``(published no earlier than, published at, watts)``.
+
+    With a lattice whose error bound is small, a read more than that bound away from every
+    lattice tick shows the publication of the latest tick before it. A read within the bound of
+    a tick may show either side of it: a value that changed since the last publication is the
+    new one, an unchanged value is taken as the old one (were it the new one, it is the same
+    power). Without a lattice, or where the lattice missed a change, a change of value is a new
+    publication dated between the reads around it.
+    """
+    error = math.inf
+    if cadence is not None:
+        error = max(cadence.error_at(samples[0][0]), cadence.error_at(samples[-1][0]))
+    lattice = cadence if error <= _DATING_ERROR_S else None
     first_time, first_watts = samples[0]
-    index = lattice.tick_index(first_time) if lattice else None
+    index = lattice.latest_ticks(first_time, error)[0] if lattice is not None else 0
     publications = [(-math.inf, first_time if lattice is None else lattice.tick_at(index), first_watts)]
     previous = first_time
     for time_read, watts in samples[1:]:
         changed = watts != publications[-1][2]
         if lattice is not None:
-            new_index = lattice.tick_index(time_read)
+            surely, possibly = lattice.latest_ticks(time_read, error)
+            new_index = possibly if changed else surely
             if new_index > index:
                 index = new_index
                 tick = min(max(lattice.tick_at(index), previous), time_read)
                 publications.append((tick, tick, watts))
                 previous = time_read
                 continue
-        if changed:   # no lattice, or one that missed this change: date it by the reads around it
+        if changed:
             publications.append((previous, (previous + time_read) / 2, watts))
         previous = time_read
     return publications
