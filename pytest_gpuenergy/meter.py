@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import pynvml
 
@@ -64,11 +64,18 @@ _AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, 
 
 @dataclass(frozen=True)
 class Observation:
-    """The counter showed its previous value at ``after`` and ``value_mj`` at ``before``."""
+    """A reading changed: the previous value was still there at ``after``, ``value_mj`` by ``before``.
+
+    ``after`` is when the read that saw the previous value began, ``before`` when the read that saw
+    the new one ended, and ``read_from`` when that read began: a read can be held up between
+    taking its value and returning (the GIL, a descheduled thread), so the value was taken at
+    some moment in [``read_from``, ``before``], not necessarily at its end.
+    """
 
     after: float
     before: float
     value_mj: int
+    read_from: float
 
     @property
     def middle(self) -> float:
@@ -77,6 +84,14 @@ class Observation:
     @property
     def width(self) -> float:
         return self.before - self.after
+
+
+class Dating(NamedTuple):
+    """When a value was published, whether that can be relied on, and which lattice tick it was."""
+
+    when: float
+    reliable: bool
+    tick: int | None = None
 
 
 class Cadence:
@@ -209,33 +224,39 @@ class Cadence:
             self._period_range_s, self._numbered = (0.0, math.inf), []
         self.period_s, self.phase_s = period, phase
 
-    def date(self, observation: Observation) -> tuple[float, bool]:
+    def date(self, observation: Observation, newer_than: int | None = None) -> Dating:
         """When the value ``observation`` saw was published, and whether that date can be relied on.
 
-        The value read at the end of the bracket was published at the *latest* tick before that
-        read, and after the bracket's start (the value changed inside it). The lattice ticks that
-        may lie in the bracket, give or take the lattice's error, are the candidates. One
-        candidate is the date. Several (a bracket wider than a period: the poller was held up, or
-        the last read of a region) date the value by the latest, but only when that tick surely
-        came before the read ended; a tick that may have come just after it would date the value
-        a period too late, and such a date is unreliable and must not be used. Without a lattice
-        a narrow bracket is dated by its middle.
+        ``newer_than``: the tick that published an earlier value of the same counter, where that
+        is known; a new value comes from a later tick, which can leave a single candidate.
+
+        The value was published at the *latest* tick before the moment the read took it, and
+        after the bracket's start (the value changed inside it). The lattice ticks that may lie in
+        the bracket, give or take the lattice's error, are the candidates. One candidate is the
+        date. Several (a bracket wider than a period: the poller was held up, or the last read of
+        a region) date the value by the latest, but only when that tick surely came before the
+        read *began*: the read may have taken its value at its very start and then been held up,
+        so a tick that may have come after that start would date the value a period or more too
+        late, and such a date is unreliable and must not be used. Without a lattice a narrow
+        bracket is dated by its middle.
         """
         after, before = observation.after, observation.before
         nominal = self.period_s or self.nominal_period_s
         narrow = observation.width <= 0.25 * nominal
         error = self.error_at(before)
         if self.period_s is None or self.phase_s is None or error > 0.25 * self.period_s:
-            return observation.middle, narrow
+            return Dating(observation.middle, narrow)
         error = max(error, 0.0005)
         first = math.ceil((after - error - self.phase_s) / self.period_s)
+        if newer_than is not None:
+            first = max(first, newer_than + 1)
         last = math.floor((before + error - self.phase_s) / self.period_s)
         if last < first:
-            return observation.middle, False      # the lattice says no tick here: do not trust either
+            return Dating(observation.middle, False)      # the lattice says no tick here: do not trust either
         tick = self.tick_at(last)
-        if last > first and tick + error > before:
-            return observation.middle, False      # the latest candidate may have come after the read
-        return min(max(tick, after), before), True
+        if last > first and tick + error > observation.read_from:
+            return Dating(observation.middle, False)      # the latest candidate may have come after the value was taken
+        return Dating(min(max(tick, after), before), True, last)
 
     def next_tick_after(self, now: float) -> float | None:
         if self.period_s is None or self.phase_s is None:
@@ -321,17 +342,17 @@ class _TickWatcher(_Worker):
     def read(self) -> bool:
         """One read; True if the value changed since the previous one."""
         with self._lock:
-            before = self.clock()
+            started = self.clock()
             value = self.value()
-            after = self.clock()
+            ended = self.clock()
             previous = self.samples[-1] if self.samples else None
-            self.samples.append((before, after, value))
+            self.samples.append((started, ended, value))
             if previous is None:
                 self.first_value = value
                 return False
             if value == previous[2]:
                 return False
-            observation = Observation(previous[0], after, value)
+            observation = Observation(previous[0], ended, value, read_from=started)
             self.observations.append(observation)
             self.cadence.add(observation)
             return True
@@ -371,11 +392,11 @@ class _TickWatcher(_Worker):
                 error = cadence.error_at(expected)
             if self._sleep_until(expected - lead):
                 return True
-            started = self.clock()
             if self.read():
-                # Seen before it was due. Only a read that began well before the tick's earliest
-                # possible time says the lattice is wrong; a late wake-up (the GIL) says nothing.
-                if started < expected - error - _LEAD_S / 2:
+                # Seen before it was due. The value may have been taken anywhere in the read (which
+                # can wait for the GIL), so only a read that *ended* before the tick's earliest
+                # possible time says the lattice is wrong; a late wake-up says nothing.
+                if self.samples[-1][1] < expected - error:
                     cadence.miss()
                 return False
             self._since_refresh = 0
@@ -393,8 +414,12 @@ class _TickWatcher(_Worker):
         """Poll around the next tick until the value moves; True if asked to stop."""
         if expected is not None:
             # A random extra lead decorrelates the brackets from the tick, so that their
-            # intersection (the lattice phase) keeps narrowing instead of repeating itself.
-            lead_s = _GUARD_S + self._jitter.uniform(0.0, sys.getswitchinterval())
+            # intersection (the lattice phase) keeps narrowing instead of repeating itself. Late
+            # wake-ups (a main thread that holds the GIL) are allowed for, or every read would
+            # come after the tick and no bracket would be narrow enough to learn from.
+            period = self.cadence.period_s or self.cadence.nominal_period_s
+            lead_s = (_GUARD_S + min(self._latency_s, 0.2 * period)
+                      + self._jitter.uniform(0.0, sys.getswitchinterval()))
             if self._sleep_until(expected - lead_s):
                 return True
         while not self.read():
@@ -482,30 +507,37 @@ class CounterProbe:
         values = [watcher.first_value] + [o.value_mj for o in watcher.observations]
         _check_monotonic(self.gpu, [v for v in values if v is not None])
         cadence = watcher.cadence
-        points = [(when, o.value_mj) for o in watcher.observations for when, reliable in [cadence.date(o)] if reliable]
+        points: list[tuple[float, int]] = []
+        newer_than = None   # the latest tick known to have published a value seen so far
         first = _dated_first_read(watcher.samples[0], cadence) if watcher.samples else None
         if first is not None:
-            points.insert(0, first)
+            points.append((first.when, watcher.samples[0][2]))
+            newer_than = first.tick
+        for observation in watcher.observations:
+            dating = cadence.date(observation, newer_than)
+            if dating.reliable:
+                points.append((dating.when, observation.value_mj))
+                newer_than = dating.tick if dating.tick is not None else newer_than
         start_value = watcher.first_value if watcher.first_value is not None else values[-1]
         return _integrate_ticks(self.gpu, t0, t1, points, cadence, moved=values[-1] != start_value,
                                 coarse_j=(values[-1] - start_value) / 1000.0)
 
 
-def _dated_first_read(sample: tuple[float, float, int], cadence: Cadence) -> tuple[float, int] | None:
+def _dated_first_read(sample: tuple[float, float, int], cadence: Cadence) -> Dating | None:
     """The publication date of the value the watcher read first (before the region), if the lattice knows it.
 
     That value was published at the latest tick before the read; when no lattice tick can fall
     within the read itself, that tick is certain, and it gives the counter's value just before
     the region starts: the region's head is then interpolated, not extrapolated.
     """
-    started, ended, value = sample
+    started, ended, _ = sample
     if cadence.period_s is None or cadence.phase_s is None or cadence.error_at(started) > _DATING_ERROR_S:
         return None
     margin = cadence.error_at(started)
     index = math.floor((started - margin - cadence.phase_s) / cadence.period_s)
     if index != math.floor((ended + margin - cadence.phase_s) / cadence.period_s):
         return None
-    return cadence.tick_at(index), value
+    return Dating(cadence.tick_at(index), True, index)
 
 
 def _check_monotonic(gpu: Gpu, values: Sequence[int]) -> None:
@@ -599,8 +631,8 @@ class SamplingProbe:
         assert sampler is not None, "stop() without start()"
         sampler.finish()
         sampler.read()  # a publication between the sampler's last read and the end of the region
-        samples = [((start + end) / 2, value / 1000.0) for start, end, value in sampler.samples]
-        return integrate_samples(samples, t0, t1, cadence=sampler.cadence, window_s=self.window_s)
+        readings = [(start, end, value / 1000.0) for start, end, value in sampler.samples]
+        return integrate_samples(readings, t0, t1, cadence=sampler.cadence, window_s=self.window_s)
 
 
 def power_window_s(gpu: Gpu) -> float:
@@ -620,10 +652,10 @@ def power_window_s(gpu: Gpu) -> float:
 
 
 def integrate_samples(
-    samples: Sequence[tuple[float, float]], t0: float, t1: float, *,
+    readings: Sequence[tuple[float, float, float]], t0: float, t1: float, *,
     cadence: Cadence | None = None, window_s: float = 0.0,
 ) -> RegionReading:
-    """Energy over [t0, t1] from power readings ``(time read, watts)``, oldest first.
+    """Energy over [t0, t1] from power readings ``(read began, read ended, watts)``, oldest first.
 
     NVML publishes a power reading periodically, and each reading averages a window that ends at
     its publication (25 ms every 100 ms for the instant-power field). So:
@@ -637,9 +669,10 @@ def integrate_samples(
     * each reading stands for the power around the middle of its window, up to halfway to the
       neighbouring readings' windows; the first and last extend to the region's edges.
     """
-    if not samples:
+    if not readings:
         raise MeasurementError("no power reading was taken during the region")
-    publications = _publications(samples, cadence)
+    samples = [((started + ended) / 2, watts) for started, ended, watts in readings]
+    publications = _publications(readings, cadence)
     fresh = [p for p in publications if p[0] >= t0 and p[1] <= t1]
     clean = [p for p in fresh if p[0] - window_s >= t0]
     notes: list[str] = []
@@ -684,38 +717,43 @@ def _gap_notes(samples: Sequence[tuple[float, float]], t0: float, t1: float, cad
             f"the energy over that gap is interpolated"]
 
 
-def _publications(samples: Sequence[tuple[float, float]], cadence: Cadence | None) -> list[tuple[float, float, float]]:
-    """The distinct publications the samples saw: ``(published no earlier than, published at, watts)``.
+def _publications(readings: Sequence[tuple[float, float, float]], cadence: Cadence | None) -> list[tuple[float, float, float]]:
+    """The distinct publications the readings saw: ``(published no earlier than, published at, watts)``.
 
-    With a lattice whose error bound is small, a read more than that bound away from every
-    lattice tick shows the publication of the latest tick before it. A read within the bound of
-    a tick may show either side of it: a value that changed since the last publication is the
-    new one, an unchanged value is taken as the old one (were it the new one, it is the same
-    power). Without a lattice, or where the lattice missed a change, a change of value is a new
-    publication dated between the reads around it.
+    A read took its value at some moment between its start and its end (it can be held up in
+    between). With a lattice whose error bound is small, the publication it shows is at least
+    the latest tick surely before the read began and at most the latest tick possibly before it
+    ended. An unchanged value is taken as the publication surely seen (were it a newer one, it
+    shows the same power); a changed value is a new publication, dated by its tick where only
+    one tick can be it. Without a lattice, or where the tick is ambiguous, a change of value is a
+    new publication dated between the reads around it.
     """
     error = math.inf
     if cadence is not None:
-        error = max(cadence.error_at(samples[0][0]), cadence.error_at(samples[-1][0]))
+        error = max(cadence.error_at(readings[0][0]), cadence.error_at(readings[-1][1]))
     lattice = cadence if error <= _DATING_ERROR_S else None
-    first_time, first_watts = samples[0]
-    index = lattice.latest_ticks(first_time, error)[0] if lattice is not None else 0
-    publications = [(-math.inf, first_time if lattice is None else lattice.tick_at(index), first_watts)]
-    previous = first_time
-    for time_read, watts in samples[1:]:
+    first_started, first_ended, first_watts = readings[0]
+    previous = (first_started + first_ended) / 2
+    index = lattice.latest_ticks(first_started, error)[0] if lattice is not None else 0
+    publications = [(-math.inf, previous if lattice is None else lattice.tick_at(index), first_watts)]
+    for started, ended, watts in readings[1:]:
+        middle = (started + ended) / 2
         changed = watts != publications[-1][2]
         if lattice is not None:
-            surely, possibly = lattice.latest_ticks(time_read, error)
-            new_index = possibly if changed else surely
-            if new_index > index:
-                index = new_index
-                tick = min(max(lattice.tick_at(index), previous), time_read)
+            surely = lattice.latest_ticks(started, error)[0]
+            possibly = lattice.latest_ticks(ended, error)[1]
+            lowest = max(index + 1, surely) if changed else surely
+            if lowest > index and (not changed or possibly == lowest):
+                index = lowest
+                tick = min(max(lattice.tick_at(index), previous), ended)
                 publications.append((tick, tick, watts))
-                previous = time_read
+                previous = middle
                 continue
+            if changed:
+                index = max(index, possibly)   # one of these ticks published it; which one is unknown
         if changed:
-            publications.append((previous, (previous + time_read) / 2, watts))
-        previous = time_read
+            publications.append((previous, (previous + middle) / 2, watts))
+        previous = middle
     return publications
 
 

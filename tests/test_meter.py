@@ -145,9 +145,9 @@ def test_measure_rejects_bad_arguments(backend, kwargs, message):
 def test_a_gap_in_the_power_readings_is_reported_not_hidden():
     from pytest_gpuenergy.meter import integrate_samples
 
-    steady = [(0.01 * i, 300.0) for i in range(101)]                       # every 10 ms over 1 s
+    steady = [(0.01 * i, 0.01 * i + 0.0001, 300.0) for i in range(101)]    # every 10 ms over 1 s
     assert not integrate_samples(steady, 0.0, 1.0).notes
-    gapped = [(t, w) for t, w in steady if not 0.3 < t < 0.75]           # 450 ms without a reading
+    gapped = [(t, end, w) for t, end, w in steady if not 0.3 < t < 0.75]  # 450 ms without a reading
     reading = integrate_samples(gapped, 0.0, 1.0)
     assert reading.ets_j == pytest.approx(300.0, rel=0.01)
     assert any("power was not read for 450 ms" in note for note in reading.notes), reading.notes
@@ -170,7 +170,8 @@ def _brackets(rng, phase_s, period_s, ticks, widest_s):
     for k in ticks:
         tick = phase_s + k * period_s
         before_tick = rng.uniform(0.0002, widest_s)
-        out.append(Observation(tick - before_tick, tick + rng.uniform(0.0002, widest_s - before_tick + 0.0002), k))
+        ended = tick + rng.uniform(0.0002, widest_s - before_tick + 0.0002)
+        out.append(Observation(tick - before_tick, ended, k, read_from=ended - 0.0001))
     return out
 
 
@@ -218,3 +219,32 @@ def test_a_meter_on_another_clock_does_not_spoil_the_lattice_of_this_one(backend
     meter = EnergyMeter(backend, gpus)
     result = meter.measure(spin, 0.05, warmup=1, min_time_s=0.3)
     assert not result.notes and result.repetitions[0].calls < 20   # dated at once, not grown to seconds
+
+
+def test_a_read_held_up_after_taking_its_value_is_not_dated_by_a_later_tick():
+    """A read that began just before tick 17 and, held up (GIL, a descheduled thread), ended after
+    tick 18 may show tick 16's value: dating it by tick 18 would move 200 ms of energy."""
+    rng = random.Random(1)
+    cadence = Cadence()
+    for observation in _brackets(rng, 0.0, 0.1, range(16), 0.002):   # ticks at k * 100 ms, well learned
+        cadence.add(observation)
+    held_up = Observation(after=1.598, before=1.83, value_mj=123, read_from=1.6995)
+    when, reliable, _ = cadence.date(held_up)
+    assert not reliable or when == pytest.approx(1.6, abs=0.002)
+    quick = Observation(after=1.598, before=1.6025, value_mj=123, read_from=1.6020)   # an ordinary bracket
+    when, reliable, _ = cadence.date(quick)
+    assert reliable and when == pytest.approx(1.6, abs=0.002)
+
+
+def test_a_value_after_a_dated_one_comes_from_a_later_tick():
+    """Reads that wait for the GIL end just after the tick they meant to precede, so each bracket
+    may hold two ticks; the previous value's known tick leaves one."""
+    rng = random.Random(2)
+    cadence = Cadence()
+    for observation in _brackets(rng, 0.0, 0.1, range(16), 0.002):
+        cadence.add(observation)
+    tick_16 = round((1.6 - cadence.phase_s) / cadence.period_s)        # the lattice numbers its own ticks
+    late = Observation(after=1.6003, before=1.7033, value_mj=456, read_from=1.6981)   # tick 16 or 17?
+    assert not cadence.date(late).reliable
+    dating = cadence.date(late, newer_than=tick_16)       # tick 16 published the value seen before
+    assert dating.reliable and dating.tick == tick_16 + 1 and dating.when == pytest.approx(1.7, abs=0.002)
