@@ -153,6 +153,8 @@ def main() -> None:
     p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
     p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
     args = p.parse_args()
+    if args.backend == "nvml":
+        import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
 
     from pytest_gpuenergy.device import open_backend

@@ -78,7 +78,9 @@ def run_suite(args: argparse.Namespace, model: str | None) -> list[dict]:
 def budgets_from(rows: list[dict], margin: float, size: str) -> list[dict]:
     highest: dict[tuple, dict] = defaultdict(lambda: {key: 0.0 for key, _ in FIGURES})
     for row in rows:
-        for cap in (row["cap"], None):
+        # Without --caps a case ran at the GPU's limit of the moment ("current"): that is no cap a
+        # budget can name, so such runs give the budget for the GPU model alone.
+        for cap in (row["cap"], None) if row["cap"] != "current" else (None,):
             slot = highest[(row["gpu"], row["workload"], row["mode"], cap)]
             for key, _ in FIGURES:
                 slot[key] = max(slot[key], row[key])
