@@ -14,7 +14,9 @@ runs work at whatever limit the GPU has (which the result records). Four parts:
    over exactly the same interval.
 3. **Repeatability**: ``energy_meter.measure`` (5 repetitions of at least 2 s) on three full-size
    reference workloads (residual, vgg, transformer, training); the coefficient of variation of ETS.
-4. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
+4. **Short windows**: ``with meter:`` windows of 50 ms to 1 s, inside steady work and on an idle
+   GPU, against the long-run power between two counter ticks ~20 s apart.
+5. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
    interleaved; the median wall-time ratio minus one.
 
 The result goes to ``benchmarks/results/real_gpu[-quick].json`` with the GPU name, driver, CUDA and
@@ -145,6 +147,61 @@ def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tup
     return rows
 
 
+def until(stop: threading.Event, action: Callable[[], Any]) -> None:
+    while not stop.is_set():
+        action()
+
+
+def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...],
+                    per_length: int) -> list[dict]:
+    """Short ``with meter:`` windows inside steady work (and on an idle GPU) against the long-run power.
+
+    While the GPU's power is steady, a window's true ETS is that power times its length, wherever the
+    window falls between the counter's 100 ms ticks; the long-run power comes from the counter's first
+    and last change over the whole phase (two exact ticks ~20 s apart). The error of a window's mean
+    power against it is the meter's dating and edge error on real hardware (plus the power's own
+    drift, which the longest windows show). Windows the meter flags as coarse (fewer than two
+    counter updates inside) are counted apart: their figure is documented as coarse.
+    """
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    meter = EnergyMeter(backend, [gpu])
+    rows = []
+    for phase in ("busy", "idle"):
+        stop = threading.Event()
+        counter: list[tuple[float, int]] = []
+        threads = [threading.Thread(target=until, args=(stop, lambda: (counter.append((time.perf_counter(), gpu.energy_mj())),
+                                                                       time.sleep(0.0005))), daemon=True)]
+        if phase == "busy":
+            threads.append(threading.Thread(target=until, args=(stop, lambda: work(0.05)), daemon=True))
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)                       # steady power (clocks up, or settled back to idle)
+        windows = []
+        for _ in range(per_length):
+            for length in lengths:
+                with meter:
+                    time.sleep(length)
+                windows.append((length, meter.result.ets_j, meter.result.time_s, bool(meter.result.notes)))
+                time.sleep(0.037)             # windows start at every phase of the counter's period
+        time.sleep(0.3)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        changes = [(t, v) for (t, v), (_, previous) in zip(counter[1:], counter) if v != previous]
+        (t0, e0), (t1, e1) = changes[0], changes[-1]
+        power_w = (e1 - e0) / 1000.0 / (t1 - t0)
+        for length in lengths:
+            mine = [(ets / t / power_w - 1, coarse) for l, ets, t, coarse in windows if l == length]
+            errors = [error for error, coarse in mine if not coarse]
+            rows.append({"phase": phase, "window_s": length, "windows": len(mine), "long_run_power_w": power_w,
+                         "flagged_coarse": len(mine) - len(errors),
+                         "worst_flagged_error": max((e for e, c in mine if c), key=abs, default=None),
+                         "median_error": statistics.median(errors) if errors else None,
+                         "worst_error": max(errors, key=abs) if errors else None})
+    return rows
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--backend", default="nvml", choices=("nvml", "sim"), help="nvml (a real GPU, default) or sim (a dry run)")
@@ -178,6 +235,12 @@ def main() -> None:
                            [[r["workload"], r["repetitions"], r["calls"], r["ets_j_mean"], common.pct(r["ets_cv"], 2),
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
+        windows = window_accuracy(backend, gpu, work, (0.05, 0.1, 0.2, 0.5, 1.0), 3 if args.quick else 8)
+        common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
+                           [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
+                             common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
+                            for r in windows],
+                           title="Short windows against the long-run power (steady work, and idle)")
         over = overhead(backend, gpu, work, (1.0,) if args.quick else (1.0, 10.0), 3 if args.quick else 5)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
@@ -198,6 +261,7 @@ def main() -> None:
             "settings": {"steady_s": 3.0 if args.quick else args.steady_s, "size": args.size, "device": args.device},
             "counter_vs_sampling": comparison,
             "repeatability": rows,
+            "windows": windows,
             "overhead": over,
             "limit_unchanged": limits_after.enforced_mw == limits_before.enforced_mw,
         },
