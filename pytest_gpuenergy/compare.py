@@ -39,6 +39,21 @@ Why this test:
   ``tests/test_compare.py`` checks by simulation that unchanged workloads with 2-5 % noise are
   called real increases in about 1 % of comparisons at 99 %.
 
+Noise between sessions
+----------------------
+Repetitions inside one session share its machine state (clocks, temperature, the host's load,
+the allocator's layout), so their spread understates how much a whole session's mean moves from
+one session to the next. On a real H100 an unchanged full-size suite run twice gave step times
+up to 40 % apart at 1 to 3 % CV within each run, and the within-run test called three of 18
+cases real EDP regressions. So when the store holds earlier runs of the same GPU model and
+backend, the gate also estimates, per case and metric, the variance of a session's mean around
+the true one: ``s_b**2 = var(log run means) - mean(within-run variance of a run's log mean)`` over
+the baseline and up to ``HISTORY_RUNS - 1`` runs before it (floored at 0). Each side's mean
+carries one session effect, so ``se**2`` gains ``2 * s_b**2``, with ``k - 1`` degrees of freedom
+(k runs) in the Welch-Satterthwaite sum. With a single saved run this term is unknown: the test
+then sees within-run noise only, and the comparison says so. Save several baselines (k >= 3;
+the t quantile at 99 % is 31.8 for k = 2, 4.5 for k = 4 and 3.4 for k = 6).
+
 The Student t quantile is computed here (regularised incomplete beta, DLMF 8.17.22), so the
 plugin does not depend on SciPy.
 """
@@ -77,6 +92,8 @@ NEW = "new"
 MISSING = "missing"
 
 WELCH = "welch-log-ratio"
+#: The baseline and at most this many runs before it inform the estimate of noise between sessions.
+HISTORY_RUNS = 10
 THRESHOLD_ONLY = "threshold-only"
 
 _THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
@@ -158,6 +175,35 @@ class MetricChange:
     def describe(self) -> str:
         """``ETS regression: +30.0 % [+25.1 %, +35.2 %] ...`` for failure messages."""
         return f"{self.label} {self.verdict}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class SessionNoise:
+    """How much a session's mean of one case and metric moves between sessions (log scale)."""
+
+    variance: float                # s_b**2 of the log of a session's mean
+    runs: int                      # saved runs it was estimated from (its degrees of freedom: runs - 1)
+
+    @property
+    def cv(self) -> float:
+        return math.sqrt(self.variance)
+
+    @classmethod
+    def estimate(cls, runs: Sequence[Sequence[float]]) -> "SessionNoise | None":
+        """From the repetitions of the same case in ``runs`` (one sequence per saved run); None under 2 runs.
+
+        A run with a single repetition shows no within-run spread: all of its run mean's spread
+        then counts as session noise, which errs towards fewer false alarms.
+        """
+        usable = [list(r) for r in runs if r and statistics.fmean(r) > 0]
+        if len(usable) < 2:
+            return None
+        means = [statistics.fmean(r) for r in usable]
+        between = statistics.variance([math.log(m) for m in means])
+        within = statistics.fmean(
+            (statistics.stdev(r) / m) ** 2 / len(r) if len(r) > 1 else 0.0 for r, m in zip(usable, means)
+        )
+        return cls(max(0.0, between - within), len(usable))
 
 
 @dataclass(frozen=True)
@@ -272,8 +318,12 @@ def decide(
     new: Sequence[float],
     threshold_pct: float | None,
     confidence: float = DEFAULT_CONFIDENCE,
+    session: SessionNoise | None = None,
 ) -> MetricChange:
-    """The verdict for one metric from the two runs' repetitions (see the module docstring)."""
+    """The verdict for one metric from the two runs' repetitions (see the module docstring).
+
+    ``session``: the noise between sessions, estimated from saved runs; None when unknown.
+    """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; use {', '.join(METRICS)}")
     if not old or not new:
@@ -289,9 +339,11 @@ def decide(
     change = 100.0 * (new_mean / old_mean - 1.0)
     if min(len(old), len(new)) < 2:
         return _threshold_only(base, change)
-    low, high = _log_ratio_bounds(old, new, old_mean, new_mean, confidence)
+    low, high = _log_ratio_bounds(old, new, old_mean, new_mean, confidence, session)
     verdict, why = _verdict(change, low, high, threshold_pct, confidence)
-    text = f"{_pct(change)} [{_pct(low)}, {_pct(high)}] (bounds one-sided at {_conf(confidence)}, n={len(old)}/{len(new)}): {why}"
+    noise = "" if session is None else f", session noise {100 * session.cv:.1f} % from {session.runs} runs"
+    text = (f"{_pct(change)} [{_pct(low)}, {_pct(high)}] (bounds one-sided at {_conf(confidence)}, "
+            f"n={len(old)}/{len(new)}{noise}): {why}")
     return MetricChange(**base, change_pct=change, ci_low_pct=low, ci_high_pct=high, verdict=verdict, reason=text)
 
 
@@ -335,15 +387,19 @@ def _verdict(change: float, low: float, high: float, threshold: float | None, co
 
 
 def _log_ratio_bounds(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
-                      confidence: float) -> tuple[float, float]:
-    """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method)."""
+                      confidence: float, session: SessionNoise | None = None) -> tuple[float, float]:
+    """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method, session noise)."""
     var_old = (statistics.stdev(old) / old_mean) ** 2 / len(old)
     var_new = (statistics.stdev(new) / new_mean) ** 2 / len(new)
+    var_sessions = 2.0 * session.variance if session is not None else 0.0
     log_ratio = math.log(new_mean / old_mean)
-    se = math.sqrt(var_old + var_new)
+    se = math.sqrt(var_old + var_new + var_sessions)
     if se == 0.0:   # no spread at all (a deterministic simulation): the bounds are the point
         return 100.0 * math.expm1(log_ratio), 100.0 * math.expm1(log_ratio)
-    df = (var_old + var_new) ** 2 / (var_old ** 2 / (len(old) - 1) + var_new ** 2 / (len(new) - 1))
+    df = (var_old + var_new + var_sessions) ** 2 / (
+        var_old ** 2 / (len(old) - 1) + var_new ** 2 / (len(new) - 1)
+        + (var_sessions ** 2 / (session.runs - 1) if session is not None else 0.0)
+    )
     half = student_t_ppf(confidence, df) * se
     return 100.0 * math.expm1(log_ratio - half), 100.0 * math.expm1(log_ratio + half)
 
@@ -446,8 +502,12 @@ def compare_documents(
     new: RunDocument,
     thresholds: Mapping[str, float] | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
+    history: Sequence[RunDocument] = (),
 ) -> Comparison:
     """Compare ``new`` with its baseline ``old`` case by case.
+
+    ``history``: saved runs of the same GPU model and backend up to the baseline (which may be
+    among them), from which the noise between sessions is estimated (module docstring).
 
     Simulated and measured runs, or two GPU models, are never compared: the result then has
     ``comparable=False``, no cases, and a note that says why (not an exception, so a session
@@ -459,8 +519,9 @@ def compare_documents(
     refusal = _refusal(old, new)
     if refusal:
         return Comparison(old.run_id, new.run_id, info_old, info_new, (), (refusal,), False, thresholds, confidence)
-    cases = tuple(_compare_case(o, n, thresholds, confidence) for o, n in _pair_cases(old.cases, new.cases))
-    notes = tuple(_machine_notes(old, new))
+    runs = _history_runs(old, new, history)
+    cases = tuple(_compare_case(o, n, thresholds, confidence, runs) for o, n in _pair_cases(old.cases, new.cases))
+    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),)
     return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
 
 
@@ -485,7 +546,8 @@ def baseline_comparison(
         old = runs[-1]
     else:
         old = store.resolve(ref, new.backend, new.gpu_model)
-    return compare_documents(old, new, thresholds, confidence)
+        runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
+    return compare_documents(old, new, thresholds, confidence, history=runs)
 
 
 def no_baseline(new: RunDocument, note: str, thresholds: Mapping[str, float] | None = None,
@@ -494,6 +556,27 @@ def no_baseline(new: RunDocument, note: str, thresholds: Mapping[str, float] | N
     cases = tuple(_compare_case(None, entry, {}, confidence) for entry in new.cases)
     return Comparison(None, new.run_id, None, RunInfo.of(new), cases, (note,), True,
                       _check_thresholds(thresholds), check_confidence(confidence))
+
+
+def _history_runs(old: RunDocument, new: RunDocument, history: Sequence[RunDocument]) -> list[RunDocument]:
+    """The baseline and the comparable saved runs before it, newest last, at most HISTORY_RUNS."""
+    earlier = [
+        doc for doc in history
+        if doc.run_id not in (old.run_id, new.run_id) and doc.created_at <= old.created_at
+        and _refusal(doc, old) is None
+    ]
+    earlier.sort(key=lambda doc: doc.created_at)
+    return earlier[-(HISTORY_RUNS - 1):] + [old]
+
+
+def _session_note(runs: Sequence[RunDocument], old: RunDocument) -> str:
+    if len(runs) < 2:
+        return (
+            f"noise between sessions unknown: no saved run of {old.gpu_model} before the baseline, so the test knows "
+            f"only the spread within a run, which understates how much a session's mean moves (save 3 or more runs "
+            f"with --energy-save and the gate learns it)"
+        )
+    return f"noise between sessions estimated per case from {len(runs)} saved runs (the baseline and those before it)"
 
 
 def _refusal(old: RunDocument, new: RunDocument) -> str | None:
@@ -536,14 +619,16 @@ def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tupl
 
 
 def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapping[str, float],
-                  confidence: float) -> CaseComparison:
+                  confidence: float, history: Sequence[RunDocument] = ()) -> CaseComparison:
     entry = new or old
     assert entry is not None
     if old is None or new is None:
         status = NEW if old is None else MISSING
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
+    earlier = [entry for doc in history for entry in doc.cases if entry.key == old.key]
     metrics = tuple(
-        decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence)
+        decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
+               SessionNoise.estimate([entry.samples(METRIC_FIELDS[m]) for entry in earlier]))
         for m in METRICS
     )
     return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,
