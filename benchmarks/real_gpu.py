@@ -16,7 +16,9 @@ runs work at whatever limit the GPU has (which the result records). Four parts:
    reference workloads (residual, vgg, transformer, training); the coefficient of variation of ETS.
 4. **Short windows**: ``with meter:`` windows of 50 ms to 1 s, inside steady work and on an idle
    GPU, against the long-run power between two counter ticks ~20 s apart.
-5. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
+5. **Read costs**: the latency of one energy-counter and one power read, and what an empty
+   ``with meter:`` region adds.
+6. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
    interleaved; the median wall-time ratio minus one.
 
 The result goes to ``benchmarks/results/real_gpu[-quick].json`` with the GPU name, driver, CUDA and
@@ -202,6 +204,32 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
     return rows
 
 
+def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> dict[str, Any]:
+    """What one NVML read costs, and what an empty ``with meter:`` region adds (wall, meter-thread CPU)."""
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    def latency_us(read: Callable[[], int]) -> dict[str, float]:
+        took = []
+        for _ in range(reads):
+            started = time.perf_counter()
+            read()
+            took.append(time.perf_counter() - started)
+        took.sort()
+        return {"median_us": 1e6 * statistics.median(took), "p99_us": 1e6 * took[int(0.99 * len(took))]}
+
+    meter = EnergyMeter(backend, [gpu])
+    added, thread_cpu = [], []
+    for _ in range(regions):
+        started = time.perf_counter()
+        with meter:
+            pass
+        added.append(time.perf_counter() - started)
+        thread_cpu.append(meter.last_thread_cpu_s)
+    return {"energy_read": latency_us(gpu.energy_mj), "power_read": latency_us(gpu.power_mw),
+            "empty_region_ms_median": 1e3 * statistics.median(added), "empty_region_ms_max": 1e3 * max(added),
+            "meter_thread_cpu_ms_median": 1e3 * statistics.median(thread_cpu)}
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--backend", default="nvml", choices=("nvml", "sim"), help="nvml (a real GPU, default) or sim (a dry run)")
@@ -241,6 +269,13 @@ def main() -> None:
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
                             for r in windows],
                            title="Short windows against the long-run power (steady work, and idle)")
+        costs = read_costs(backend, gpu)
+        common.print_table(["figure", "value"], [
+            ["energy counter read, median / p99 us", f"{costs['energy_read']['median_us']:.0f} / {costs['energy_read']['p99_us']:.0f}"],
+            ["power read, median / p99 us", f"{costs['power_read']['median_us']:.1f} / {costs['power_read']['p99_us']:.1f}"],
+            ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
+            ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
+        ], title="NVML read latency and the fixed cost of a region")
         over = overhead(backend, gpu, work, (1.0,) if args.quick else (1.0, 10.0), 3 if args.quick else 5)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
@@ -262,6 +297,7 @@ def main() -> None:
             "counter_vs_sampling": comparison,
             "repeatability": rows,
             "windows": windows,
+            "read_costs": costs,
             "overhead": over,
             "limit_unchanged": limits_after.enforced_mw == limits_before.enforced_mw,
         },

@@ -93,6 +93,31 @@ def budgets_from(rows: list[dict], margin: float, size: str) -> list[dict]:
     return entries
 
 
+def previous_generations(path: Path) -> list[dict]:
+    """How the entries already in ``path`` were made (files from before generations: their header)."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "generations" in data:
+        return data["generations"]
+    gpus = sorted({entry["gpu"] for entry in data.get("budgets", [])})
+    sizes = sorted({entry["size"] for entry in data.get("budgets", [])})
+    return [{"generated_by": data.get("generated_by"), "generated_at": data.get("generated_at"),
+             "machine": data.get("machine"), "gpus": gpus, "size": sizes[0] if len(sizes) == 1 else sizes,
+             "runs": data.get("runs"), "margin": data.get("margin")}] if gpus else []
+
+
+def superseded(generations: list[dict], new: dict) -> list[dict]:
+    """The older generations without the GPUs (of the same size) whose entries ``new`` replaces."""
+    kept = []
+    for generation in generations:
+        gpus = generation["gpus"] if generation["size"] != new["size"] else [
+            gpu for gpu in generation["gpus"] if gpu not in new["gpus"]]
+        if gpus:
+            kept.append({**generation, "gpus": gpus})
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="H100", help="simulated GPU models, comma-separated (default H100)")
@@ -115,15 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         entry for entry in json.loads(args.output.read_text(encoding="utf-8"))["budgets"]
         if entry["gpu"] not in {row["gpu"] for row in rows} or entry["size"] != args.size
     ]
-    document = {
-        "format": "pytest-gpuenergy-budgets",
-        "version": 1,
+    measured_gpus = sorted({row["gpu"] for row in rows})
+    generation = {
         "generated_by": "python reference_workloads/make_budgets.py " + " ".join(argv or sys.argv[1:]),
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)",
-        "runs": args.runs,
-        "margin": args.margin,
+        "gpus": measured_gpus, "size": args.size, "runs": args.runs, "margin": args.margin,
+    }
+    document = {
+        "format": "pytest-gpuenergy-budgets",
+        "version": 1,
         "note": "per step of each workload; entries for simulated GPUs come from the simulator, not from real GPUs",
+        # Each generation says how the entries of its GPUs and size were made; a new one replaces them.
+        "generations": superseded(previous_generations(args.output), generation) + [generation],
         "budgets": keep + budgets_from(rows, args.margin, args.size),
     }
     atomic_write_json(args.output, document)

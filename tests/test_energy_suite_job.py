@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reference_workloads import list_workloads  # noqa: E402
-from reference_workloads.conftest import load_budgets  # noqa: E402
+from reference_workloads.conftest import BUDGETS_FILE, load_budgets  # noqa: E402
 
 # The caps the suite runs at that each simulated model allows (a T4's range, 60-70 W, has no 60 or 80 %).
 SIM_MODEL_CAPS = {"H100": ("60%", "80%", "100%"), "A100": ("60%", "80%", "100%"), "V100": ("60%", "80%", "100%"),
@@ -42,9 +43,14 @@ def test_the_main_job_passes_on_the_simulated_gpu(tmp_path):
 
 def test_budgets_cover_every_workload_mode_and_cap_of_the_simulated_models():
     budgets = load_budgets()
+    generations = json.loads(BUDGETS_FILE.read_text(encoding="utf-8"))["generations"]
     for entry in budgets:
-        assert "(simulated)" in entry["gpu"], "simulator budgets must never match a real GPU's name"
         assert entry["ets"] > 0 and entry["edp"] > 0 and entry["time"] > 0
+        # Every entry says how it was made; simulator budgets never match a real GPU's name, and
+        # real-GPU budgets come from the full-size workloads measured on that GPU.
+        (made,) = [g for g in generations if entry["gpu"] in g["gpus"] and g["size"] == entry["size"]]
+        if "(simulated)" not in entry["gpu"]:
+            assert entry["size"] == "full" and "--gpu-backend nvml" in made["generated_by"], entry
     for model, model_caps in SIM_MODEL_CAPS.items():
         for spec in list_workloads():
             for mode in spec.modes:

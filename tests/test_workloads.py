@@ -96,6 +96,17 @@ def test_build_model_rejects_unknown_names_and_sizes() -> None:
 
 # --------------------------------------------------------------------------------- speed
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """As the energy suite runs them (reference_workloads/conftest.py): with two intra-op threads a
+    busy neighbour (another xdist worker) makes torch spin at every barrier, and a tiny step took
+    over 0.5 s under `pytest -n 2`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def step_times(request: pytest.FixtureRequest):
     """Collects the steady-state step times and prints them as one table after the module."""
