@@ -8,15 +8,15 @@ import sys
 from typing import Sequence
 
 from .compare_cli import add_compare_commands
-from .device import BACKEND_CHOICES, Backend, open_backend
+from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from .errors import GpuEnergyError
 from .journal import JournalCorrupt, journal_for
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--gpu-backend", choices=BACKEND_CHOICES, default="auto",
-        help="auto (NVML where a GPU is found, else the simulator; default), nvml, sim",
+        "--gpu-backend", choices=BACKEND_CHOICES, default=None,
+        help="auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
     )
 
 
@@ -61,7 +61,7 @@ def gpu_rows(backend: Backend) -> list[dict]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    backend = open_backend(args.gpu_backend)
+    backend = open_backend(args.gpu_backend or default_backend())
     try:
         rows = gpu_rows(backend)
         pending = journal_for(backend).entries()
@@ -83,7 +83,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    backend = open_backend(args.gpu_backend)
+    backend = open_backend(args.gpu_backend or default_backend())
     try:
         outcomes = journal_for(backend).repair(backend, include_live_owners=args.force)
     finally:

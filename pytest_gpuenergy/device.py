@@ -266,6 +266,18 @@ def _match_gpu(gpus: Sequence[Gpu], item: str) -> Gpu | None:
     return None
 
 
+def default_backend() -> str:
+    """``$GPUENERGY_BACKEND`` or ``auto``: the backend when neither the command line nor the ini names one.
+
+    A machine's owner can pin it once (``sim`` on a shared GPU box where no test may touch the
+    real GPUs; the plugin's own test suite does exactly that). A bad value is an error naming it.
+    """
+    kind = os.environ.get("GPUENERGY_BACKEND", "").strip() or "auto"
+    if kind not in BACKEND_CHOICES:
+        raise BackendUnavailable(f"GPUENERGY_BACKEND={kind!r}: choose from {', '.join(BACKEND_CHOICES)}, or unset it")
+    return kind
+
+
 def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Backend:
     """Open ``nvml``, ``sim``, or (``auto``) NVML where it finds a GPU and the simulator otherwise."""
     if kind not in BACKEND_CHOICES:

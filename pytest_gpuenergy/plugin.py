@@ -15,7 +15,7 @@ import pytest
 from .budgets import Budget, BudgetError, budget_from_marker
 from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
 from .compare import DEFAULT_CONFIDENCE, parse_thresholds
-from .device import BACKEND_CHOICES
+from .device import BACKEND_CHOICES, BackendUnavailable, default_backend
 from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
 from .gate import EnergyGate, GateOptions, GateOutcome, step_summary_path
 from .locks import DEFAULT_TIMEOUT_S
@@ -53,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(ini, help_text, type=ini_type)
 
     add("--gpu-backend", "gpu_backend",
-        "GPU access: auto (NVML where a GPU is found, else the simulator; default), nvml, sim",
+        "GPU access: auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
         choices=BACKEND_CHOICES)
     add("--gpu-caps", "gpu_caps",
         "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
@@ -101,7 +101,10 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
         caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
     except CapSyntaxError as exc:
         raise pytest.UsageError(str(exc)) from None
-    backend = _setting(config, "gpu_backend") or "auto"
+    try:
+        backend = _setting(config, "gpu_backend") or default_backend()
+    except BackendUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
     if backend not in BACKEND_CHOICES:
         raise pytest.UsageError(f"gpu_backend = {backend!r}: choose from {', '.join(BACKEND_CHOICES)}")
     return SessionOptions(

@@ -7,11 +7,17 @@ other's limits or energy counters, and never touch the user's own simulated mach
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# The plugin's own tests never touch a real GPU, even on a machine that has one: many of them set
+# power caps, and `auto` would pick NVML there. A test that wants NVML says --gpu-backend=nvml (and
+# stands the simulator in for the library, see test_plugin_core.py).
+os.environ["GPUENERGY_BACKEND"] = "sim"
 
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED")
 

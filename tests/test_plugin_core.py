@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import gpu_info, spin_source
+from conftest import gpu_info, run_cli, spin_source
 
 MEASURED_TEST = spin_source() + textwrap.dedent(
     """
@@ -351,3 +351,19 @@ def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state
     result.stdout.fnmatch_lines(["gpuenergy: backend nvml*"])
     assert not log.exists(), log.read_text()
     assert gpu_info() == before
+
+
+def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins(pytester, sim_state, monkeypatch):
+    pytester.makepyfile(fake_driver=FAKE_DRIVER)
+    monkeypatch.setenv("MUTATIONS_LOG", str(pytester.path / "mutations.log"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path / "state"))
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    pytester.makepyfile(test_one="def test_one(energy_meter):\n    pass\n")
+    monkeypatch.setenv("GPUENERGY_BACKEND", "nvml")
+    pytester.runpytest_subprocess("-p", "fake_driver").stdout.fnmatch_lines(["gpuenergy: backend nvml*"])
+    pytester.runpytest_subprocess("-p", "fake_driver", "--gpu-backend=sim").stdout.fnmatch_lines(["gpuenergy: backend sim*"])
+    monkeypatch.setenv("GPUENERGY_BACKEND", "cuda")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*GPUENERGY_BACKEND='cuda': choose from auto, nvml, sim, or unset it*"])
+    assert run_cli("info", check=False).returncode == 2
