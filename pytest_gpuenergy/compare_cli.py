@@ -43,7 +43,8 @@ def add_compare_commands(subparsers: Any) -> None:
     compare.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE,
                          help="confidence that a change is real, one-sided (default 0.99; also 99%%)")
     compare.add_argument("--storage", default=DEFAULT_STORAGE, metavar="DIR",
-                         help=f"where run ids are looked up (default {DEFAULT_STORAGE})")
+                         help=f"where run ids are looked up, and the saved runs before OLD from which the noise "
+                              f"between sessions is learnt (default {DEFAULT_STORAGE})")
     compare.add_argument("--markdown", metavar="FILE", help="also write a Markdown report (- for standard output)")
     compare.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     compare.add_argument("--json", metavar="FILE", help="also write a JSON report (- for standard output)")
@@ -78,7 +79,8 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
         store = RunStore(args.storage)
         new = store.resolve(args.new)
         old = _baseline(store, args.old, new)
-        comparison = compare_documents(old, new, thresholds, args.confidence)
+        history = store.runs(new.backend, new.gpu_model) if Path(store.folder).is_dir() else []
+        comparison = compare_documents(old, new, thresholds, args.confidence, history=history)
         writes = [
             (args.markdown, lambda: markdown_report([new], comparison)),
             (args.json, lambda: json_report([new], comparison)),

@@ -170,9 +170,10 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         session.start(repair=not hasattr(config, "workerinput"))
     except GpuEnergyError as exc:
-        if options.backend != "auto" or options.caps or options.gpus:
+        if _setting(config, "gpu_backend") or options.caps or options.gpus:
             raise pytest.UsageError(str(exc)) from None
-        # Installed but not asked for anything: only tests that use the fixtures fail.
+        # Installed but not asked for anything (a default from GPUENERGY_BACKEND is no request
+        # of this session): only tests that use the fixtures fail.
         session.unavailable = str(exc)
     for message in session.repairs:
         config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)

@@ -197,3 +197,21 @@ def test_commands_plug_into_another_parser():
     args = parser.parse_args(["compare", "a.json", "b.json", "--fail", "ets:5%"])
     assert args.handler is compare_cli.cmd_compare and args.old == "a.json" and args.confidence == 0.99
     assert parser.parse_args(["runs"]).handler is compare_cli.cmd_runs
+
+
+def test_compare_learns_the_noise_between_sessions_from_the_storage_folder(tmp_path, capsys):
+    """Four sessions whose ETS alternates by 25 %: a fifth like the first is no regression once the
+    saved sessions are known, though it is beyond the noise inside a single run."""
+    store = RunStore(tmp_path / "sessions")
+    paths = [store.save(make_doc(seed=i, minutes=10 * i, scale={"alexnet-train": 1.0 + 0.25 * ((i + 1) % 2)}))
+             for i in range(4)]
+    new = store.save(make_doc(seed=9, minutes=60, scale={"alexnet-train": 1.25}))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for path in (paths[-1], new):
+        (alone / path.name).write_bytes(path.read_bytes())
+    assert run("compare", str(alone / paths[-1].name), str(alone / new.name), "--fail", "ets:5%",
+               "--storage", str(tmp_path / "nothing-here")) == 1
+    assert "noise between sessions unknown" in capsys.readouterr().out
+    assert run("compare", "latest", new.stem, "--fail", "ets:5%", "--storage", str(store.folder)) == 0
+    assert "estimated per case from 4 saved runs" in capsys.readouterr().out
