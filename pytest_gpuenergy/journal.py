@@ -21,6 +21,7 @@ import pynvml
 
 from .device import Backend, Gpu
 from .fileio import atomic_write_json, file_lock
+from .processes import is_alive, process_start
 
 _FORMAT = "gpuenergy-limit-journal"
 
@@ -53,26 +54,6 @@ class RepairOutcome:
     message: str
 
 
-def _process_start(pid: int) -> str:
-    """The kernel's start time of ``pid`` (Linux), so a recycled pid is not taken for the owner."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        return fields[19].decode()
-    except (OSError, IndexError):
-        return ""
-
-
-def _alive(pid: int, process_start: str) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not process_start or _process_start(pid) in ("", process_start)
-
-
 class Journal:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
@@ -89,7 +70,7 @@ class Journal:
             entry = JournalEntry(
                 gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name,
                 previous_limit_mw=previous_limit_mw, applied_limit_mw=applied_limit_mw,
-                pid=os.getpid(), process_start=_process_start(os.getpid()),
+                pid=os.getpid(), process_start=process_start(os.getpid()),
                 host=socket.gethostname(), written_at=time.time(),
             )
             atomic_write_json(self._path(gpu.uuid), asdict(entry))
@@ -132,7 +113,7 @@ class Journal:
         by_uuid = {gpu.uuid: gpu for gpu in backend.all_gpus}
         for entry in self.entries():
             here = entry.host == socket.gethostname()
-            if here and entry.pid != os.getpid() and _alive(entry.pid, entry.process_start) and not include_live_owners:
+            if here and entry.pid != os.getpid() and is_alive(entry.pid, entry.process_start) and not include_live_owners:
                 outcomes.append(RepairOutcome(entry, "owner-alive",
                                               f"{entry.describe()}: left alone, pid {entry.pid} is still running"))
                 continue

@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 
 import pynvml
 
+from ..processes import is_alive
 from .dvfs import DEFAULT_COMPUTE_BOUND, OperatingPoint, WorkloadProfile, operating_point
 from .faults import FaultPlan, parse_faults
 from .models import GpuSpec
@@ -461,7 +462,7 @@ class SimulatedNvml:
         running = []
         for marker in device.process_marker(0).parent.glob("*"):
             pid = int(marker.name) if marker.name.isdigit() else None
-            if pid is not None and _process_alive(pid):
+            if pid is not None and is_alive(pid):
                 running.append(pynvml.c_nvmlProcessInfo_v2_t(pid=pid, usedGpuMemory=0))
         return running
 
@@ -490,16 +491,6 @@ class SimulatedNvml:
 
     def simWallClock(self) -> float:
         return self.wall_clock()
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _env_float(name: str, default: float, *, low: float, high: float) -> float:

@@ -9,8 +9,12 @@ step's time.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Mapping
+
 import torch
 import torch.nn.functional as F
+
+from reference_workloads.registry import Batch, Workload
 
 #: Side of the coarse grid that class prototypes are drawn on before being upsampled: smooth,
 #: image-like patterns rather than white noise.
@@ -40,3 +44,28 @@ def label_sequences(batch: int, length: int, classes: int, generator: torch.Gene
     steps = torch.randint(1, max(classes - 1, 2), (batch, length - 1), generator=generator)
     offsets = torch.cat([torch.zeros(batch, 1, dtype=torch.long), steps.cumsum(dim=1)], dim=1)
     return (first - 1 + offsets) % (classes - 1) + 1
+
+
+class ImageClassifierWorkload(Workload):
+    """The CNNs' shared hooks (alexnet, vgg, residual): class-prototype images, cross-entropy, Adam.
+
+    A subclass sets ``configs`` (size -> config with ``batch``, ``classes``, ``image_px`` and
+    ``learning_rate``) and ``make_model``; residual replaces the optimiser (SGD, as its paper).
+    """
+
+    configs: ClassVar[Mapping[str, Any]]
+
+    @property
+    def config(self) -> Any:
+        return self.configs[self.size]
+
+    def make_batch(self, generator: torch.Generator) -> Batch:
+        cfg = self.config
+        return prototype_images(cfg.batch, cfg.classes, 3, cfg.image_px, generator)
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate)
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        images, labels = batch
+        return F.cross_entropy(self.model(images), labels)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from reference_workloads.models._synthetic import prototype_images
-from reference_workloads.registry import Batch, Workload, WorkloadSpec, register
+from reference_workloads.models._synthetic import ImageClassifierWorkload
+from reference_workloads.registry import WorkloadSpec, register
 
 # Krizhevsky et al. section 3.3: k = 2, n = 5, alpha = 1e-4, beta = 0.75.
 LRN_SIZE, LRN_ALPHA, LRN_BETA, LRN_K = 5, 1e-4, 0.75, 2.0
@@ -80,7 +79,7 @@ class AlexNet(nn.Module):
 
 
 @register
-class AlexNetWorkload(Workload):
+class AlexNetWorkload(ImageClassifierWorkload):
     # A CNN: almost all of its time is large convolutions and GEMMs that scale with the SM clock;
     # LRN, pooling and the FC layers' weight traffic are the small memory-bound rest.
     spec = WorkloadSpec(
@@ -90,18 +89,8 @@ class AlexNetWorkload(Workload):
         fathom_batch=64,
     )
     stochastic_train_step = True  # dropout
+    configs = CONFIGS
 
     @classmethod
     def make_model(cls, size: str) -> nn.Module:
         return AlexNet(CONFIGS[size])
-
-    def make_batch(self, generator: torch.Generator) -> Batch:
-        cfg = CONFIGS[self.size]
-        return prototype_images(cfg.batch, cfg.classes, 3, cfg.image_px, generator)
-
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=CONFIGS[self.size].learning_rate)
-
-    def compute_loss(self, batch: Batch) -> torch.Tensor:
-        images, labels = batch
-        return F.cross_entropy(self.model(images), labels)

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_workloads.models._synthetic import prototype_images
-from reference_workloads.registry import Batch, Workload, WorkloadSpec, register
+from reference_workloads.models._synthetic import ImageClassifierWorkload
+from reference_workloads.registry import WorkloadSpec, register
 
 EXPANSION = 4  # a bottleneck's output has 4 x its inner width
 
@@ -102,7 +102,7 @@ class ResNet(nn.Module):
 
 
 @register
-class ResidualWorkload(Workload):
+class ResidualWorkload(ImageClassifierWorkload):
     # A CNN, convolution-dominated, but batch norm, the residual additions and ReLUs are
     # bandwidth-bound element-wise passes over large activations: a little less compute-bound
     # than AlexNet or VGG.
@@ -112,20 +112,13 @@ class ResidualWorkload(Workload):
         compute_bound=0.85,
         fathom_batch=16,
     )
+    configs = CONFIGS
 
     @classmethod
     def make_model(cls, size: str) -> nn.Module:
         return ResNet(CONFIGS[size])
 
-    def make_batch(self, generator: torch.Generator) -> Batch:
-        cfg = CONFIGS[self.size]
-        return prototype_images(cfg.batch, cfg.classes, 3, cfg.image_px, generator)
-
     def make_optimizer(self) -> torch.optim.Optimizer:
-        cfg = CONFIGS[self.size]
+        cfg = self.config
         return torch.optim.SGD(self.model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum,
                                weight_decay=cfg.weight_decay)
-
-    def compute_loss(self, batch: Batch) -> torch.Tensor:
-        images, labels = batch
-        return F.cross_entropy(self.model(images), labels)

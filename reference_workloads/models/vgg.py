@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from reference_workloads.models._synthetic import prototype_images
-from reference_workloads.registry import Batch, Workload, WorkloadSpec, register
+from reference_workloads.models._synthetic import ImageClassifierWorkload
+from reference_workloads.registry import WorkloadSpec, register
 
 POOL = 0  # marks a 2 x 2 max-pool in a layer plan
 DROPOUT_P = 0.5
@@ -76,7 +75,7 @@ class VGG(nn.Module):
 
 
 @register
-class VGGWorkload(Workload):
+class VGGWorkload(ImageClassifierWorkload):
     # The most convolution-heavy CNN of the suite (about 20 GFLOP per 224 px image): runtime is
     # dominated by dense 3 x 3 convolutions that scale with the SM clock.
     spec = WorkloadSpec(
@@ -86,18 +85,8 @@ class VGGWorkload(Workload):
         fathom_batch=8,
     )
     stochastic_train_step = True  # dropout
+    configs = CONFIGS
 
     @classmethod
     def make_model(cls, size: str) -> nn.Module:
         return VGG(CONFIGS[size])
-
-    def make_batch(self, generator: torch.Generator) -> Batch:
-        cfg = CONFIGS[self.size]
-        return prototype_images(cfg.batch, cfg.classes, 3, cfg.image_px, generator)
-
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=CONFIGS[self.size].learning_rate)
-
-    def compute_loss(self, batch: Batch) -> torch.Tensor:
-        images, labels = batch
-        return F.cross_entropy(self.model(images), labels)
