@@ -64,11 +64,30 @@ def load_budgets(path: Path = BUDGETS_FILE) -> list[dict]:
     return data["budgets"]
 
 
+def applies(entry: dict, simulated: bool | None) -> bool:
+    """Whether a budgets-file entry may gate this session's GPUs.
+
+    A budget marker's ``gpu`` matches a substring of the GPU's name, and a real model's name is
+    part of its simulated twin's ("NVIDIA H100 80GB HBM3 (simulated)"): entries measured on a
+    real GPU must not gate the simulator, nor simulated ones a real GPU.
+    """
+    return simulated is None or ("(simulated)" in entry["gpu"]) == simulated
+
+
+def _session_simulated(config: pytest.Config) -> bool | None:
+    from pytest_gpuenergy.plugin import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    backend = session.backend if session is not None else None
+    return backend.simulated if backend is not None else None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each suite case the energy budgets recorded for its workload, mode and size."""
     size = _setting(config, "workload_size", "tiny")
-    budgets = load_budgets() if BUDGETS_FILE.exists() else []
+    simulated = _session_simulated(config)
+    budgets = [e for e in load_budgets() if applies(e, simulated)] if BUDGETS_FILE.exists() else []
     for item in items:
         case = getattr(item, "callspec", None)
         workload = case.params.get("workload") if case is not None else None

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reference_workloads import list_workloads  # noqa: E402
-from reference_workloads.conftest import BUDGETS_FILE, load_budgets  # noqa: E402
+from reference_workloads.conftest import BUDGETS_FILE, applies, load_budgets  # noqa: E402
 
 # The caps the suite runs at that each simulated model allows (a T4's range, 60-70 W, has no 60 or 80 %).
 SIM_MODEL_CAPS = {"H100": ("60%", "80%", "100%"), "A100": ("60%", "80%", "100%"), "V100": ("60%", "80%", "100%"),
@@ -81,3 +81,12 @@ def test_a_budget_far_below_the_measurement_fails_the_suite_case(tmp_path):
     )
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-3000:]
     assert re.search(r"ETS [\d.e+-]+ J > budget 1e-06 J \(\+[\d.e+]+ %\)", done.stdout), done.stdout[-3000:]
+
+
+def test_real_gpu_budgets_never_gate_the_simulator_nor_simulated_ones_a_real_gpu():
+    budgets = load_budgets()
+    real = [e for e in budgets if "(simulated)" not in e["gpu"]]
+    simulated = [e for e in budgets if "(simulated)" in e["gpu"]]
+    assert real and simulated
+    assert all(applies(e, False) and not applies(e, True) for e in real)
+    assert all(applies(e, True) and not applies(e, False) for e in simulated)
