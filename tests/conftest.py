@@ -19,7 +19,8 @@ import pytest
 # stands the simulator in for the library, see test_plugin_core.py).
 os.environ["GPUENERGY_BACKEND"] = "sim"
 
-SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED")
+SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED",
+           "GPUENERGY_SIM_COUNTER_READ_MS")
 
 
 @pytest.fixture

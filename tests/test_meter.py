@@ -29,9 +29,11 @@ def backend(sim_state):
     opened.close()
 
 
-@pytest.mark.parametrize("faults", ["", "no_counter"])
-def test_measured_ets_matches_the_exact_integral(sim_state, monkeypatch, faults):
+@pytest.mark.parametrize("faults, counter_read_ms", [("", "0"), ("no_counter", "0"), ("", "2.4")],
+                         ids=["counter", "sampling", "counter-read-2.4ms-as-on-a-real-H100"])
+def test_measured_ets_matches_the_exact_integral(sim_state, monkeypatch, faults, counter_read_ms):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", faults)
+    monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", counter_read_ms)
     backend = open_backend("sim")
     gpu = backend.select(None)[0]
     meter = EnergyMeter(backend, [gpu], clock=time.time)
