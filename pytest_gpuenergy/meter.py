@@ -769,6 +769,26 @@ class CapContext:
     default_w: dict[str, float]
 
 
+
+def _coarse_warning(probe: Any, duration_s: float) -> str:
+    """Why a ``with`` block's ETS is coarse: the block was short, or (longer blocks) the counter's
+    updates could not be dated around it, which slow or delayed reads cause."""
+    if probe.method == COUNTER and duration_s >= 2 * _NOMINAL_PERIOD_S:
+        return (
+            f"the energy counter's updates could not be dated around the measured block ({duration_s * 1000:.0f} ms; "
+            f"its reads were slow or held up): its ETS is the difference of two readings and is coarse; "
+            f"measure again, or use energy_meter.measure(fn), which repeats a region it could not resolve"
+        )
+    what = (
+        "the energy counter (updated about every 100 ms)" if probe.method == COUNTER
+        else f"the power readings (each averages {probe.window_s * 1000:.0f} ms)"
+    )
+    return (
+        f"the measured block took {duration_s * 1000:.0f} ms, too short for {what}: its ETS is coarse; "
+        f"use energy_meter.measure(fn) to repeat it until it is long enough, or measure more work"
+    )
+
+
 class EnergyMeter:
     """Measures regions of GPU work on a set of GPUs; the ``energy_meter`` fixture is one of these.
 
@@ -855,16 +875,7 @@ class EnergyMeter:
         notes = [n for r in readings for n in r.notes]
         limited = [probe for probe, r in zip(region.probes, readings) if r.resolution_limited]
         if limited:
-            what = (
-                "the energy counter (updated about every 100 ms)" if limited[0].method == COUNTER
-                else f"the power readings (each averages {limited[0].window_s * 1000:.0f} ms)"
-            )
-            warnings.warn(
-                f"the measured block took {duration * 1000:.0f} ms, too short for {what}: its ETS is coarse; "
-                f"use energy_meter.measure(fn) to repeat it until it is long enough, or measure more work",
-                EnergyMeasurementWarning,
-                stacklevel=2,
-            )
+            warnings.warn(_coarse_warning(limited[0], duration), EnergyMeasurementWarning, stacklevel=2)
         self._record(region, [[self._repetition(r, duration, 1)] for r in readings], notes)
 
     def measure(

@@ -250,3 +250,18 @@ def test_a_value_after_a_dated_one_comes_from_a_later_tick():
     assert not cadence.date(late).reliable
     dating = cadence.date(late, newer_than=tick_16)       # tick 16 published the value seen before
     assert dating.reliable and dating.tick == tick_16 + 1 and dating.when == pytest.approx(1.7, abs=0.002)
+
+
+def test_reads_too_slow_to_date_the_ticks_give_a_flagged_coarse_figure_that_says_why(sim_state, monkeypatch):
+    """12 ms per counter read (the H100's p99 was 16 ms): the ticks cannot be dated, and the
+    warning says so instead of calling a 0.5 s block too short."""
+    from pytest_gpuenergy.meter import EnergyMeasurementWarning
+
+    monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", "12")
+    backend = open_backend("sim")
+    meter = EnergyMeter(backend, backend.select(None))
+    with pytest.warns(EnergyMeasurementWarning, match="could not be dated around the measured block"):
+        with meter:
+            spin(0.5)
+    backend.close()
+    assert meter.result.ets_j > 0 and meter.result.notes
