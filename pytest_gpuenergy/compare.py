@@ -625,10 +625,10 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
     if old is None or new is None:
         status = NEW if old is None else MISSING
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
-    earlier = [entry for doc in history for entry in doc.cases if entry.key == old.key]
+    saved = [case for doc in history for case in doc.cases if case.key == old.key]
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
-               SessionNoise.estimate([entry.samples(METRIC_FIELDS[m]) for entry in earlier]))
+               SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]))
         for m in METRICS
     )
     return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,

@@ -78,9 +78,9 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
         thresholds = parse_thresholds(args.fail, source="--fail") if args.fail is not None else {}
         store = RunStore(args.storage)
         new = store.resolve(args.new)
-        old = _baseline(store, args.old, new)
-        history = store.runs(new.backend, new.gpu_model) if Path(store.folder).is_dir() else []
-        comparison = compare_documents(old, new, thresholds, args.confidence, history=history)
+        saved = store.runs(new.backend, new.gpu_model)   # the baseline's candidates and its history
+        old = _baseline(store, args.old, new, saved)
+        comparison = compare_documents(old, new, thresholds, args.confidence, history=saved)
         writes = [
             (args.markdown, lambda: markdown_report([new], comparison)),
             (args.json, lambda: json_report([new], comparison)),
@@ -99,12 +99,11 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return EXIT_REGRESSION if comparison.failed else EXIT_OK
 
 
-def _baseline(store: RunStore, ref: str, new: RunDocument) -> RunDocument:
-    """OLD as named; ``latest`` is the newest run of NEW's GPU model and backend saved before NEW."""
+def _baseline(store: RunStore, ref: str, new: RunDocument, saved: list[RunDocument]) -> RunDocument:
+    """OLD as named; ``latest`` is the newest of ``saved`` (NEW's GPU model and backend) before NEW."""
     if ref != LATEST:
         return store.resolve(ref)
-    earlier = [doc for doc in store.runs(new.backend, new.gpu_model)
-               if doc.run_id != new.run_id and doc.created_at <= new.created_at]
+    earlier = [doc for doc in saved if doc.run_id != new.run_id and doc.created_at <= new.created_at]
     if not earlier:
         raise StorageError(
             f"OLD is 'latest' but {store.folder} holds no run of {new.gpu_model} ({new.backend}) before {new.run_id}; "

@@ -499,6 +499,11 @@ class CounterProbe:
         self.watcher = CounterWatcher(self.gpu, self.clock, self.poll_s)
         self.watcher.start()
 
+    @property
+    def worker(self) -> CounterWatcher | None:
+        """The thread that reads the counter (None before ``start``)."""
+        return self.watcher
+
     def stop(self, t0: float, t1: float) -> RegionReading:
         watcher = self.watcher
         assert watcher is not None, "stop() without start()"
@@ -625,6 +630,11 @@ class SamplingProbe:
     def start(self) -> None:
         self.sampler = PowerSampler(self.gpu, self.clock, self.interval_s)
         self.sampler.start()
+
+    @property
+    def worker(self) -> PowerSampler | None:
+        """The thread that reads the power (None before ``start``)."""
+        return self.sampler
 
     def stop(self, t0: float, t1: float) -> RegionReading:
         sampler = self.sampler
@@ -767,7 +777,6 @@ class CapContext:
     requested_w: dict[str, float | None]      # by GPU UUID
     enforced_w: dict[str, float]
     default_w: dict[str, float]
-
 
 
 def _coarse_warning(probe: Any, duration_s: float) -> str:
@@ -1048,7 +1057,7 @@ class _Region:
                 first_error = first_error or GpuLostError(f"{probe.gpu.label} is lost (NVML: GPU is lost)")
             except (MeasurementError, pynvml.NVMLError) as exc:
                 first_error = first_error or _as_measurement_error(probe.gpu, exc)
-        self.thread_cpu_s = sum(_worker_of(probe).cpu_s for probe in self.probes)
+        self.thread_cpu_s = sum(probe.worker.cpu_s for probe in self.probes if probe.worker is not None)
         if first_error is not None:
             raise first_error
         for gpu_pids_before, gpu_pids_after, reading, probe in zip(self.others, others, readings, self.probes):
@@ -1086,14 +1095,8 @@ def _other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
     return found
 
 
-def _worker_of(probe: CounterProbe | SamplingProbe) -> _TickWatcher:
-    worker = probe.watcher if isinstance(probe, CounterProbe) else probe.sampler
-    assert worker is not None, "the probe was never started"
-    return worker
-
-
-def _quietly_stop(probe: Any) -> None:
-    worker = getattr(probe, "watcher", None) or getattr(probe, "sampler", None)
+def _quietly_stop(probe: CounterProbe | SamplingProbe) -> None:
+    worker = probe.worker
     if worker is not None:
         worker.stopping.set()
         worker.join()

@@ -253,10 +253,14 @@ def test_a_value_after_a_dated_one_comes_from_a_later_tick():
 
 
 def test_reads_too_slow_to_date_the_ticks_give_a_flagged_coarse_figure_that_says_why(sim_state, monkeypatch):
-    """12 ms per counter read (the H100's p99 was 16 ms): the ticks cannot be dated, and the
-    warning says so instead of calling a 0.5 s block too short."""
+    """12 ms per counter read (the H100's p99 was 16 ms): the ticks cannot be learned, and the
+    warning says so instead of calling a 0.5 s block too short. The process starts with no
+    lattice: one learned from fast reads by an earlier test on this simulated GPU can still date
+    slow reads (rightly), which made this test depend on the order tests ran in."""
+    import pytest_gpuenergy.meter as meter_module
     from pytest_gpuenergy.meter import EnergyMeasurementWarning
 
+    monkeypatch.setattr(meter_module, "_CADENCES", {})
     monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", "12")
     backend = open_backend("sim")
     meter = EnergyMeter(backend, backend.select(None))
