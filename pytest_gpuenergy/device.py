@@ -175,6 +175,11 @@ class Backend:
         self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         self.all_gpus = [Gpu(nvml, i, name) for i in range(nvml.nvmlDeviceGetCount())]
         self.visible_gpus = visible_gpus(self.all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        # Region edges and NVML reads are timed on this clock: the simulator's own wall clock (its
+        # exact energy integral is on it), a monotonic one on real GPUs.
+        self.clock: Callable[[], float] = nvml.simWallClock if self.simulated else time.perf_counter
+        self.recorders: Any = None       # the meter's per-GPU recorders, started on first use
+        self._closers: list[Callable[[], None]] = []
 
     @property
     def label(self) -> str:
@@ -224,7 +229,20 @@ class Backend:
             for device in range(torch.cuda.device_count()):
                 torch.cuda.synchronize(device)
 
+    def sleep_until(self, moment: float) -> None:
+        """Wait until ``moment`` on :attr:`clock` (the meter aligns regions with publications)."""
+        delay = moment - self.clock()
+        if delay > 0:
+            time.sleep(delay)
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        """Call ``closer`` when the backend closes (the meter stops its recorder threads)."""
+        self._closers.append(closer)
+
     def close(self) -> None:
+        closers, self._closers = self._closers, []
+        for closer in reversed(closers):
+            closer()
         try:
             self.nvml.nvmlShutdown()
         except pynvml.NVMLError:

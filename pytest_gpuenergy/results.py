@@ -15,6 +15,7 @@ from typing import Sequence
 
 COUNTER = "counter"
 SAMPLING = "sampling"
+COARSE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class Repetition:
     mean_power_w: float
     peak_power_w: float
     calls: int = 1
+    # The bound that holds the true ETS (per call); None in documents saved before bounds existed.
+    ets_low_j: float | None = None
+    ets_high_j: float | None = None
 
     @property
     def edp_js(self) -> float:
@@ -51,6 +55,8 @@ class Summary:
     ets_cv: float
     ets_min_j: float
     ets_max_j: float
+    ets_low_j: float | None = None    # the mean of the repetitions' bounds: the truth of the mean lies within
+    ets_high_j: float | None = None
 
     @classmethod
     def of(cls, repetitions: Sequence[Repetition]) -> "Summary":
@@ -71,7 +77,21 @@ class Summary:
             ets_cv=std / mean_ets if mean_ets > 0 else math.nan,
             ets_min_j=min(ets),
             ets_max_j=max(ets),
+            ets_low_j=_mean_or_none([r.ets_low_j for r in repetitions]),
+            ets_high_j=_mean_or_none([r.ets_high_j for r in repetitions]),
         )
+
+    @property
+    def ets_bound_share(self) -> float | None:
+        """How far the bound reaches from the estimate, as a share of it (the larger side)."""
+        if self.ets_low_j is None or self.ets_high_j is None or not self.ets_j > 0:
+            return None
+        return max(self.ets_j - self.ets_low_j, self.ets_high_j - self.ets_j) / self.ets_j
+
+
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known and len(known) == len(values) else None
 
 
 class _SummaryFigures:
@@ -114,6 +134,22 @@ class _SummaryFigures:
     def ets_cv(self) -> float:
         return self.summary.ets_cv
 
+    @property
+    def ets_low_j(self) -> float | None:
+        """The least the true ETS can be (the mean over repetitions; None where unknown)."""
+        return self.summary.ets_low_j
+
+    @property
+    def ets_high_j(self) -> float | None:
+        """The most the true ETS can be."""
+        return self.summary.ets_high_j
+
+    @property
+    def coarse(self) -> bool:
+        """Whether the bound reaches further than 5 % from the estimate: a short region."""
+        share = self.summary.ets_bound_share
+        return share is not None and share > COARSE_SHARE
+
 
 @dataclass(frozen=True)
 class GpuResult(_SummaryFigures):
@@ -152,11 +188,14 @@ class EnergyResult(_SummaryFigures):
         for parts in zip(*(g.repetitions for g in self.per_gpu)):
             ets = sum(p.ets_j for p in parts)
             time_s = parts[0].time_s
+            lows, highs = [p.ets_low_j for p in parts], [p.ets_high_j for p in parts]
             reps.append(Repetition(
                 ets_j=ets, time_s=time_s,
                 mean_power_w=ets / time_s if time_s > 0 else math.nan,
                 peak_power_w=sum(p.peak_power_w for p in parts),
                 calls=parts[0].calls,
+                ets_low_j=sum(v for v in lows if v is not None) if None not in lows else None,
+                ets_high_j=sum(v for v in highs if v is not None) if None not in highs else None,
             ))
         return tuple(reps)
 
@@ -178,8 +217,11 @@ class EnergyResult(_SummaryFigures):
 
     def describe(self) -> str:
         origin = "simulated" if self.simulated else "measured"
+        bound = ""
+        if self.ets_low_j is not None and self.ets_high_j is not None:
+            bound = f" [{self.ets_low_j:.4g}, {self.ets_high_j:.4g}]"
         return (
-            f"ETS {self.ets_j:.4g} J, T {self.time_s:.4g} s, EDP {self.edp_js:.4g} J s, "
+            f"ETS {self.ets_j:.4g} J{bound}, T {self.time_s:.4g} s, EDP {self.edp_js:.4g} J s, "
             f"mean {self.mean_power_w:.4g} W, peak {self.peak_power_w:.4g} W, n={self.n} "
             f"({origin}, {self.method})"
         )

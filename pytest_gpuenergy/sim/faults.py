@@ -94,6 +94,17 @@ class FaultPlan:
     def __bool__(self) -> bool:
         return bool(self._faults)
 
+    def arm(self, faults: tuple[Fault, ...]) -> None:
+        """Add ``faults`` with their call numbers counted from now: ``counter_stuck=2`` then means
+        the second read of the counter from this moment on (a long-lived reader has made many)."""
+        shifted = []
+        for fault in faults:
+            kind = "counter_read" if fault.name.startswith("counter_") else fault.name
+            done = max((n for (k, i), n in self._calls.items() if k == kind and fault.gpu_index in (None, i)), default=0)
+            last = fault.last_call + done if fault.last_call is not None else None
+            shifted.append(Fault(fault.name, fault.gpu_index, fault.first_call + done, last))
+        self._faults = self._faults + tuple(shifted)
+
     def count(self, kind: str, gpu_index: int) -> int:
         """Count one call of ``kind`` on a GPU; returns its number (from 1)."""
         self._calls[(kind, gpu_index)] += 1

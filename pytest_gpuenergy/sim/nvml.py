@@ -378,7 +378,7 @@ class SimulatedNvml:
     def _counter_reading(self, device: _SimDevice) -> int:
         state = device.advance()
         tick = device.last_tick(device.last_wall, device.spec.counter_period_s, device.counter_phase_s)
-        read = self.faults.count("counter_read", device.index) if self.faults else 0
+        read = self.faults.count("counter_read", device.index)
         if read and self.faults.active("counter_reset", device.index, read):
             published = device.energy_mj_at(tick, state)
             state = device.state_file.update(lambda s: replace(s, counter_offset_mj=s.counter_offset_mj + published))
@@ -501,6 +501,11 @@ class SimulatedNvml:
 
     def simWallClock(self) -> float:
         return self.wall_clock()
+
+    def simArmFaults(self, text: str) -> None:
+        """Inject faults (``GPUENERGY_SIM_FAULTS`` syntax) counted from the next call on, while running."""
+        with self._lock:
+            self.faults.arm(parse_faults(text))
 
 
 def _env_float(name: str, default: float, *, low: float, high: float) -> float:

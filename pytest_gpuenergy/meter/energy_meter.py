@@ -1,0 +1,532 @@
+"""The meter users hold: ``with energy_meter:`` and ``energy_meter.measure(fn)``.
+
+A region is its two timestamps, taken after synchronising the GPU work at both ends. Its energy is
+worked out from what the GPUs' recorders saw around it, once the first publication after its end
+has arrived: waiting for that is the meter's job (outside the region, not counted in T). Every
+figure carries a bound that holds the truth; a region too short for the counter to resolve is
+interpolated through the publications around it, flagged coarse, and never reads 0 J for work done.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pynvml
+
+from ..device import Backend, Gpu
+from ..errors import EnergyMeasurementWarning, GpuLostError, MeasurementError
+from ..results import EnergyResult, GpuResult, Repetition
+from .lattice import Lattice
+from .integrate import (
+    CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy,
+)
+from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
+
+DEFAULT_MIN_TIME_S = 0.5
+_MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
+_MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
+_WAIT_PERIODS = 6                # how many publication periods to wait for the ones after a region
+_ALIGN_MARGIN_S = 0.0005         # measure() starts this long (plus the lattice's error) after a tick
+_PLANNED_CALL_SHARE = 0.1        # calls longer than this share of a period are planned to end on a tick
+_DURATION_ERROR = 0.005          # how far a planned region's predicted duration may be off
+
+
+@dataclass(frozen=True)
+class CapContext:
+    """What the meter records about the limit each GPU ran under."""
+
+    label: str
+    requested_w: dict[str, float | None]      # by GPU UUID
+    enforced_w: dict[str, float]
+    default_w: dict[str, float]
+
+
+class EnergyMeter:
+    """Measures regions of GPU work on a set of GPUs; the ``energy_meter`` fixture is one of these.
+
+    Usable without pytest::
+
+        backend = open_backend("auto")
+        meter = EnergyMeter(backend, backend.select(None))
+        with meter:
+            work()
+        print(meter.result.ets_j, meter.result.ets_low_j, meter.result.ets_high_j)
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        gpus: Sequence[Gpu],
+        *,
+        cap_context: Callable[[], CapContext | None] | None = None,
+        compute_bound: float | None = None,
+        min_time_s: float = DEFAULT_MIN_TIME_S,
+        on_result: Callable[[EnergyResult], None] | None = None,
+    ) -> None:
+        if not gpus:
+            raise MeasurementError("no GPU to measure")
+        for gpu in gpus:
+            if gpu.mig_enabled():
+                raise MeasurementError(
+                    f"{gpu.label} is in MIG mode: NVML cannot measure the energy of a MIG slice; "
+                    f"measure a whole GPU (disable MIG) or select another GPU with --gpus"
+                )
+        self.backend = backend
+        self.gpus = list(gpus)
+        self.cap_context = cap_context or (lambda: None)
+        self.compute_bound = compute_bound
+        self.min_time_s = min_time_s
+        self.on_result = on_result
+        self.results: list[EnergyResult] = []
+        self.last_region: tuple[float, float] | None = None
+        self.last_thread_cpu_s: float | None = None   # CPU the recorders used during that region
+        self._open_region: _Region | None = None
+        self.one_call_s = math.nan          # measure(): the latest estimate of one call's duration
+        registry = recorders_of(backend)
+        try:
+            self.recorders = [registry.of(gpu) for gpu in self.gpus]   # they start learning now
+        except pynvml.NVMLError as exc:
+            raise MeasurementError(f"reading the energy of {self.gpus[0].label} failed: NVML: {exc}") from None
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def result(self) -> EnergyResult:
+        """The latest measurement."""
+        if not self.results:
+            raise MeasurementError(
+                "energy_meter has measured nothing yet: wrap the work in `with energy_meter:` "
+                "or call energy_meter.measure(fn)"
+            )
+        return self.results[-1]
+
+    @property
+    def region_start(self) -> float | None:
+        """When the open ``with`` region started, on the backend's clock (None outside one).
+
+        With ``last_region`` (the ``(start, end)`` of the latest finished region) it lines the
+        region up with other timelines, e.g. the simulator's exact energy integral.
+        """
+        return self._open_region.t0 if self._open_region is not None else None
+
+    def __enter__(self) -> "EnergyMeter":
+        if self._open_region is not None:
+            raise MeasurementError("energy_meter regions cannot be nested")
+        self._open_region = self._start_region(align=False)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        region, self._open_region = self._open_region, None
+        if region is None:
+            return
+        if exc_type is not None:
+            region.release()
+            return
+        region.end()
+        readings = region.resolve()
+        self._note_region(region)
+        if any(r.coarse for r in readings):
+            warnings.warn(_coarse_warning(region, readings), EnergyMeasurementWarning, stacklevel=2)
+        notes = [n for r in readings for n in r.notes]
+        self._record(region, [[_repetition(r, region.duration, 1)] for r in readings], notes)
+
+    def measure(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        repeat: int = 1,
+        warmup: int = 1,
+        min_time_s: float | None = None,
+        **kwargs: Any,
+    ) -> EnergyResult:
+        """Measure ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeat`` repetitions.
+
+        Each repetition is one region that calls ``fn`` often enough to last ``min_time_s``
+        (default: the meter's, 0.5 s; never less than 0.3 s, three counter updates); the figures
+        are per call. Regions start just after a publication of the counter and, where calls are
+        short, end just after one, so that little of a region lies in partly seen intervals. The
+        last warm-up call is timed to size the regions; a region that comes out coarse is measured
+        again with twice the calls (up to three times).
+        """
+        _check_count("repeat", repeat, minimum=1)
+        _check_count("warmup", warmup, minimum=0)
+        target_s = self.min_time_s if min_time_s is None else min_time_s
+        if not (isinstance(target_s, (int, float)) and target_s >= 0):
+            raise ValueError(f"min_time_s must be a non-negative number of seconds, got {min_time_s!r}")
+        target_s = max(target_s, _MIN_REGION_S)
+        calls = self._warm_up(fn, args, kwargs, warmup, target_s)
+        finished: list[_Region] = []
+        resized = 0
+        try:
+            while len(finished) < repeat:
+                region = self._start_region(align=True, calls=calls)
+                try:
+                    done = self._fill(region, fn, args, kwargs, region.planned_calls or 1,
+                                      target_s / 2 if calls else target_s)
+                except BaseException:
+                    region.release()
+                    raise
+                region.end()
+                region.calls = done
+                self.one_call_s = region.duration / done
+                if calls is None or done > calls:
+                    calls = max(calls or 1, _calls_for(target_s, region.duration / done))
+                finished.append(region)
+                if len(finished) == repeat:
+                    dropped = self._drop_coarse(finished, resized)
+                    if dropped:
+                        resized += 1
+                        calls = max(calls, 2 * max(r.calls for r in dropped))
+        finally:
+            for region in finished:
+                region.release()
+        per_gpu: list[list[Repetition]] = [[] for _ in self.gpus]
+        notes: set[str] = set()
+        for region in finished:
+            for slot, reading in zip(per_gpu, region.readings):
+                slot.append(_repetition(reading, region.duration, region.calls))
+                notes.update(reading.notes)
+        self._note_region(finished[-1])
+        return self._record(finished[-1], per_gpu, sorted(notes))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _warm_up(self, fn: Callable[..., Any], args: tuple, kwargs: dict, warmup: int, target_s: float) -> int | None:
+        """Run the untimed calls; the last one, timed, sizes the regions (None without warm-up)."""
+        calls = None
+        clock = self.backend.clock
+        for _ in range(warmup):
+            self.backend.synchronize()   # work queued before this call is not this call's
+            started = clock()
+            fn(*args, **kwargs)
+            self.backend.synchronize()
+            one_call_s = clock() - started
+            # A synchronisation costs time of its own, which would make a short call look slower
+            # than it is (and its region too short): take off what an idle one costs.
+            synced = clock()
+            self.backend.synchronize()
+            one_call_s = max(one_call_s - (clock() - synced), 0.5 * one_call_s)
+            calls = _calls_for(target_s, one_call_s)
+            self.one_call_s = one_call_s
+        return calls
+
+    def _drop_coarse(self, finished: list["_Region"], resized: int) -> list["_Region"]:
+        """Resolve the regions and take out (to be measured again, larger) those that came out
+        coarse, as long as enlarging them is still allowed."""
+        for region in finished:
+            region.resolve()
+        if resized >= _MAX_RESIZES:
+            return []
+        coarse = [r for r in finished if any(reading.coarse for reading in r.readings)]
+        for region in coarse:
+            finished.remove(region)
+        return coarse
+
+    def _fill(self, region: "_Region", fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
+              at_least_s: float) -> int:
+        """Call ``fn`` ``calls`` times in the open region, more until it lasts ``at_least_s``, and
+        then, where calls are short against the counter's period, until just after a publication.
+
+        The number of calls comes from a timed warm-up call, which can be far off for calls of a
+        millisecond or less; a region that came out too short is continued (after a
+        synchronisation, so that the time counts finished work) instead of being thrown away.
+        """
+        clock = self.backend.clock
+        done = 0
+        for _ in range(_MAX_RESIZES + 1):
+            for _ in range(calls):
+                fn(*args, **kwargs)
+            done += calls
+            self.backend.synchronize()
+            elapsed_s = clock() - region.t0
+            if elapsed_s >= at_least_s:
+                break
+            calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
+        return done + self._finish_on_a_tick(region, fn, args, kwargs, (clock() - region.t0) / done)
+
+    def _finish_on_a_tick(self, region: "_Region", fn: Callable[..., Any], args: tuple, kwargs: dict,
+                          one_call_s: float) -> int:
+        """Short calls: go on calling until just after the next publication, in shrinking batches
+        (a long batch overshoots when calls slow down), so the region's tail is a call or less."""
+        lattice = region.aligned_to
+        if lattice is None or one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
+            return 0
+        clock = self.backend.clock
+        after = lattice.next_tick_after(clock()) + lattice.error_at(clock()) + _ALIGN_MARGIN_S
+        extra = 0
+        while clock() < after and extra < 100_000:
+            remaining_s = after - clock()
+            batch = max(1, math.ceil(0.8 * remaining_s / max(one_call_s, 1e-6))) if remaining_s > 5 * one_call_s else 1
+            for _ in range(batch):
+                fn(*args, **kwargs)
+            extra += batch
+            self.backend.synchronize()
+        return extra
+
+    def _start_region(self, *, align: bool, calls: int | None = None) -> "_Region":
+        self.backend.use(self.gpus)
+        if self.compute_bound is not None:
+            self.backend.set_workload_profile(self.compute_bound)
+        return _Region(self, align, calls)
+
+    def _note_region(self, region: "_Region") -> None:
+        self.last_region = (region.t0, region.t1)
+        self.last_thread_cpu_s = region.thread_cpu_s
+
+    def _record(self, region: "_Region", per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
+        context = region.cap
+        parts = []
+        for gpu, recorder, reps in zip(self.gpus, self.recorders, per_gpu):
+            parts.append(GpuResult(
+                gpu_index=gpu.index,
+                gpu_name=gpu.name,
+                gpu_uuid=gpu.uuid,
+                backend=self.backend.name,
+                simulated=self.backend.simulated,
+                method=recorder.method,
+                power_source=gpu.power_source if recorder.method == SAMPLING else None,
+                cap_label=context.label,
+                limit_requested_w=context.requested_w.get(gpu.uuid),
+                limit_enforced_w=context.enforced_w[gpu.uuid],
+                default_limit_w=context.default_w[gpu.uuid],
+                repetitions=tuple(reps),
+            ))
+        result = EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
+        self.results.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+
+class _Region:
+    """One measured interval on all of the meter's GPUs: two timestamps and what came of them."""
+
+    def __init__(self, meter: EnergyMeter, align: bool, calls: int | None = None) -> None:
+        self.meter = meter
+        self.backend = meter.backend
+        self.recorders: list[Recorder] = meter.recorders
+        clock = self.clock = self.backend.clock
+        self.cap = meter.cap_context() or _current_limits([r.gpu for r in self.recorders])
+        for recorder in self.recorders:
+            recorder.raise_error()
+        self.backend.synchronize()
+        self.aligned_to: Lattice | None = None
+        self.planned_calls = calls
+        if align:
+            self._start_on_a_tick(meter.one_call_s)
+        self.others = _other_processes([r.gpu for r in self.recorders])
+        self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
+        self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
+        self.t0 = clock()
+        self.t1 = math.nan
+        self.calls = 1
+        self.one_call_s = meter.one_call_s
+        self.thread_cpu_s = math.nan
+        self.readings: list[RegionEnergy] = []
+
+    @property
+    def duration(self) -> float:
+        return self.t1 - self.t0
+
+    def _start_on_a_tick(self, one_call_s: float) -> None:
+        """Sleep (the GPU idle) until just after the first GPU's next publication, where its lattice
+        is known: the region then starts with next to nothing of a partly seen interval.
+
+        Calls too long to top a region up to a tick at its end are planned instead: the number of
+        calls and a small delay of the start are chosen so that the predicted end falls just after
+        a publication, which keeps the partly seen time at both edges short.
+        """
+        recorder = self.recorders[0]
+        lattice = recorder.learner.lattice
+        now = self.clock()
+        if lattice is None or not recorder.learner.confident(now, 0.25 * lattice.period_s):
+            return
+        start_at = lattice.next_tick_after(now) + lattice.error_at(now) + _ALIGN_MARGIN_S
+        if self.planned_calls and math.isfinite(one_call_s) and one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
+            self.planned_calls, delay_s = _plan_long_calls(self.planned_calls, one_call_s, lattice, start_at)
+            start_at += delay_s
+        self.backend.sleep_until(start_at)
+        self.aligned_to = lattice
+
+    def end(self) -> None:
+        self.backend.synchronize()
+        self.t1 = self.clock()
+        self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
+        after = _other_processes([r.gpu for r in self.recorders])
+        self.others = [a | b for a, b in zip(self.others, after)]
+
+    def resolve(self) -> list[RegionEnergy]:
+        """Each GPU's energy over the region, once the publications after it have arrived."""
+        if self.readings:
+            return self.readings
+        readings, first_error = [], None
+        for recorder, pids in zip(self.recorders, self.others):
+            try:
+                limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
+                reading = _resolve(recorder, self.t0, self.t1, limit_w)
+            except (MeasurementError, pynvml.NVMLError) as exc:
+                first_error = first_error or _as_measurement_error(recorder.gpu, exc)
+                continue
+            if pids:
+                reading.notes.append(
+                    f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
+                    f"{', '.join(map(str, sorted(pids)))} during the region: its ETS includes their work"
+                )
+            readings.append(reading)
+        self.release()
+        if first_error is not None:
+            raise first_error
+        self.readings = readings
+        return readings
+
+    def release(self) -> None:
+        for recorder, token in zip(self.recorders, self.holds):
+            recorder.release(token)
+
+
+def _resolve(recorder: Recorder, t0: float, t1: float, limit_w: float) -> RegionEnergy:
+    """Work out one GPU's energy over [t0, t1], waiting for the publications after ``t1``.
+
+    The wait sleeps until the publications it needs are due rather than trying every read, so the
+    meter's own work stays off the GPU's timeline (the simulator counts CPU time as GPU work).
+    """
+    clock = recorder.clock
+    period = recorder.period_s
+    deadline = t1 + _WAIT_PERIODS * period + 0.2
+    since = t0 - 3 * period - 0.05
+    recorder.wait_until(t1 + 1.05 * period)
+    while True:
+        recorder.raise_error()
+        final = clock() > deadline or not recorder.is_alive()
+        reads, lattice = recorder.snapshot(since, math.inf)
+        try:
+            return _integrate(recorder, reads, lattice, t0, t1, limit_w, final=final)
+        except NotYet:
+            if final:
+                raise MeasurementError(
+                    f"the energy counter of {recorder.gpu.label} published nothing around the region"
+                    + (f" (NVML: {recorder.last_error})" if recorder.last_error else "")
+                ) from None
+            recorder.wait_until(clock() + 0.5 * period)
+
+
+def _integrate(recorder: Recorder, reads: list, lattice: Any, t0: float, t1: float, limit_w: float, *,
+               final: bool) -> RegionEnergy:
+    ceiling_w = CEILING_FACTOR * recorder.max_limit_w
+    period = lattice.period_s if lattice is not None else recorder.period_s
+    if recorder.method == COUNTER:
+        near = [r for r in reads if t0 - period <= r.started <= t1 + 2 * period]
+        check_monotonic(near, recorder.gpu.label)
+        if final:
+            _check_moving(recorder, [r for r in reads if r.started >= t0 - period], t0, t1, period)
+        pubs = publications(reads, lattice, repeats=False)
+        return counter_energy(pubs, t0, t1, ceiling_w=ceiling_w, limit_w=limit_w, final=final)
+    pubs = publications(reads, lattice, repeats=True)
+    return sampled_energy(pubs, t0, t1, window_s=recorder.window_s, ceiling_w=ceiling_w, period_s=period, final=final)
+
+
+def _check_moving(recorder: Recorder, reads: list, t0: float, t1: float, period: float) -> None:
+    if len(reads) < 2 or len({r.value for r in reads}) > 1:
+        return
+    watched = reads[-1].ended - reads[0].started
+    if watched >= 3 * period:
+        raise MeasurementError(
+            f"the energy counter of {recorder.gpu.label} did not move for {watched:.3g} s although it updates "
+            f"every {period * 1000:.0f} ms: it is stuck; no figure is given"
+        )
+
+
+def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: float) -> tuple[int, float]:
+    """How many calls (at least ``calls``, at most half again) and how long after ``start_at`` to
+    start, so that the predicted end falls just after a publication.
+
+    The end must be surely past the tick: by the lattice's error, the alignment margin and a per
+    half a per cent of the predicted duration. What is minimised is the partly seen time at both edges: the
+    delay of the start plus that margin.
+    """
+    period = lattice.period_s
+    best = (math.inf, calls, 0.0)
+    for n in range(calls, max(calls + 2, int(1.5 * calls) + 3)):
+        duration = n * one_call_s
+        margin = lattice.error_at(start_at + duration) + _ALIGN_MARGIN_S + _DURATION_ERROR * duration
+        end_phase = (start_at + duration - lattice.phase_s) % period
+        delay = (margin - end_phase) % period
+        if delay + margin < best[0]:
+            best = (delay + margin, n, delay)
+    return best[1], best[2]
+
+
+def _repetition(reading: RegionEnergy, duration_s: float, calls: int) -> Repetition:
+    return Repetition(
+        ets_j=reading.ets_j / calls,
+        time_s=duration_s / calls,
+        mean_power_w=reading.ets_j / duration_s if duration_s > 0 else math.nan,
+        peak_power_w=reading.peak_power_w,
+        calls=calls,
+        ets_low_j=reading.low_j / calls,
+        ets_high_j=reading.high_j / calls,
+    )
+
+
+def _coarse_warning(region: _Region, readings: Sequence[RegionEnergy]) -> str:
+    reading = next(r for r in readings if r.coarse)
+    recorder = region.recorders[readings.index(reading)]
+    what = ("the energy counter (published every {:.0f} ms)".format(recorder.period_s * 1000) if recorder.method == COUNTER
+            else f"the power readings (each averages {recorder.window_s * 1000:.0f} ms)")
+    return (
+        f"the measured block took {region.duration * 1000:.0f} ms, too short for {what} to resolve: its ETS "
+        f"{reading.ets_j:.4g} J is interpolated through the publications around it, and the truth lies in "
+        f"[{reading.low_j:.4g}, {reading.high_j:.4g}] J; use energy_meter.measure(fn) to repeat it until it is "
+        f"long enough, or measure more work"
+    )
+
+
+def _other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
+    """Per GPU, the PIDs of other processes NVML lists on it.
+
+    Under a PID namespace (a container) NVML reports host PIDs, so this process's own PID may not
+    be in the list; then one listed process is taken to be this one and only a second is "other".
+    """
+    me = os.getpid()
+    found = []
+    for gpu in gpus:
+        try:
+            pids = set(gpu.processes())
+        except pynvml.NVMLError:
+            pids = set()
+        if me in pids:
+            pids.discard(me)
+        elif len(pids) == 1 and not gpu.simulated:
+            pids = set()
+        found.append(pids)
+    return found
+
+
+def _as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
+    if isinstance(exc, MeasurementError):
+        return exc
+    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+        return GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)")
+    return MeasurementError(f"reading the energy of {gpu.label} failed: NVML: {exc}")
+
+
+def _current_limits(gpus: Sequence[Gpu]) -> CapContext:
+    enforced, default = {}, {}
+    for gpu in gpus:
+        limits = gpu.limits()
+        enforced[gpu.uuid] = limits.enforced_mw / 1000.0
+        default[gpu.uuid] = limits.default_mw / 1000.0
+    return CapContext("current", {g.uuid: None for g in gpus}, enforced, default)
+
+
+def _calls_for(target_s: float, one_call_s: float) -> int:
+    if one_call_s <= 0:
+        return 1000
+    return max(1, math.ceil(target_s * 1.05 / one_call_s))
+
+
+def _check_count(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")

@@ -1,0 +1,362 @@
+"""From a GPU's recorded reads to the energy of a region, with a bound that holds the truth.
+
+Pure functions: the recorder hands over its reads (``Read``) and a lattice snapshot; nothing here
+touches a thread, a clock or NVML.
+
+**Publications.** A read took its value at some moment between its start and its end, and that
+value was published at the latest tick before that moment. A change of value between two reads
+brackets its publication; a read that only one lattice tick can explain dates it to that tick,
+within the lattice's error. Either way a publication is known to lie in [earliest, latest].
+
+**The counter** is exact at its publications (to 1 mJ): the cumulative energy E(t) is known at
+those moments, E never decreases, and it rises no faster than the GPU can draw (``ceiling_w``).
+That bounds E at any moment from the publications around it, and so the energy of any region
+(:func:`counter_energy`); the estimate inside that bound uses the region's own power to extend the
+publications inside it to its edges, or, for a region with fewer than two publications inside,
+takes the power of the neighbouring intervals for the time around it.
+
+**Power readings** (sampling, where there is no counter) each average a window before their
+publication (25 ms every 100 ms for the instant-power field: 75 % of the time is never seen).
+Between windows the power is not known; :func:`sampled_energy` takes it to lie within the range of
+the readings around it, which holds for work that changes slower than a few publications and is
+stated as that assumption.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+from .lattice import Lattice, NOMINAL_PERIOD_S
+
+COUNTER_RESOLUTION_MJ = 1.0     # NVML's counter counts whole millijoules
+POWER_RESOLUTION_MW = 1.0       # and power in whole milliwatts
+CEILING_FACTOR = 1.1            # a GPU may briefly draw above its highest limit: allow 10 %
+
+
+class Read(NamedTuple):
+    """One read of a GPU's counter (mJ) or power (mW): when it began and ended, on the meter's clock."""
+
+    started: float
+    ended: float
+    value: int
+
+
+@dataclass(frozen=True)
+class Publication:
+    """A value the GPU published, somewhere in [``earliest``, ``latest``]."""
+
+    earliest: float
+    latest: float
+    value: int
+    tick: int | None = None
+
+    @property
+    def when(self) -> float:
+        return (self.earliest + self.latest) / 2
+
+
+@dataclass
+class RegionEnergy:
+    """The energy of one region on one GPU: the estimate, its bound, and how it came about."""
+
+    ets_j: float
+    low_j: float
+    high_j: float
+    peak_power_w: float
+    coarse: bool = False                     # fewer than two publications (or clean windows) inside
+    notes: list[str] = field(default_factory=list)
+
+
+class NotYet(Exception):
+    """The publications needed after the region have not arrived yet."""
+
+
+def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: bool) -> list[Publication]:
+    """The distinct publications ``reads`` saw, oldest first, each dated as tightly as they allow.
+
+    ``repeats``: whether two publications in a row may carry the same value (power may; the energy
+    counter always moves). A read the lattice dates to a tick that contradicts the reads around it
+    (a changed value at the same tick, or an earlier one) is not dated by it: the bracket stands.
+    """
+    found: list[Publication] = []
+    previous: Read | None = None
+    for read in reads:
+        dated = lattice.tick_of_read(read.started, read.ended) if lattice is not None else None
+        last = found[-1] if found else None
+        if last is not None and _same_publication(last, read, dated, lattice, repeats):
+            if dated is not None and last.tick is None:
+                found[-1] = _dated(last, lattice, dated) or last
+            previous = read
+            continue
+        if last is not None and last.tick is not None and dated is not None and dated[0] <= last.tick:
+            dated = None
+        earliest = last.earliest if last is not None else -math.inf
+        if previous is not None and read.value != previous.value:
+            earliest = max(earliest, previous.started)
+        candidate = Publication(earliest, read.ended, read.value)
+        if dated is None and lattice is not None:
+            dated = lattice.only_tick_within(candidate.earliest, candidate.latest)
+            if dated is not None and last is not None and last.tick is not None and dated[0] <= last.tick:
+                dated = None
+        found.append((_dated(candidate, lattice, dated) if dated is not None else None) or candidate)
+        previous = read
+    return found
+
+
+def _same_publication(
+    last: Publication, read: Read, dated: tuple[int, float] | None, lattice: Lattice | None, repeats: bool,
+) -> bool:
+    if read.value != last.value:
+        return False
+    if not repeats or dated is None:
+        return True
+    if last.tick is not None:
+        return dated[0] == last.tick
+    assert lattice is not None
+    return lattice.tick_at(dated[0]) - dated[1] <= last.latest   # not surely a later tick
+
+
+def _dated(publication: Publication, lattice: Lattice | None, dated: tuple[int, float]) -> Publication | None:
+    """``publication`` narrowed to its lattice tick, if the tick lies within what the reads allow."""
+    assert lattice is not None
+    index, error = dated
+    tick = lattice.tick_at(index)
+    earliest, latest = max(publication.earliest, tick - error), min(publication.latest, tick + error)
+    if earliest > latest:
+        return None
+    return Publication(earliest, latest, publication.value, index)
+
+
+# -- the energy counter ------------------------------------------------------------------------------
+
+def counter_energy(
+    pubs: Sequence[Publication], t0: float, t1: float, *, ceiling_w: float, limit_w: float,
+    final: bool = False,
+) -> RegionEnergy:
+    """ETS of [t0, t1] from dated counter publications (mJ), with a bound that holds the truth.
+
+    Raises :class:`NotYet` until a publication surely after ``t1`` has arrived (two for a region
+    with fewer than two publications inside, whose estimate needs the power after it), unless
+    ``final``: then it makes do with what there is and says so. ``ceiling_w`` bounds what the GPU
+    can draw at any moment (the bound rests on it); ``limit_w``, the limit it ran under, bounds the
+    estimate's mean power.
+    """
+    duration = t1 - t0
+    # The estimate rests on publications dated to within a fifth of a period; the bound on all of them.
+    dated = [p for p in pubs if p.latest - p.earliest <= 0.2 * NOMINAL_PERIOD_S]
+    inside = [p for p in dated if p.earliest >= t0 and p.latest <= t1]
+    before = [p for p in dated if p.latest <= t0]
+    after = [p for p in dated if p.earliest >= t1]
+    if len(after) < 2 and not final and (len(inside) < 2 or _tail_needs_power_after(inside[-1], after, t1)):
+        raise NotYet
+    powers = _interval_powers_w(dated)
+    ceiling_w = max(ceiling_w, max(powers, default=0.0) * 1.05)
+    low_j, high_j = _counter_bound(pubs, t0, t1, ceiling_w)
+    notes: list[str] = []
+    if len(inside) >= 2:
+        estimate_j = _inside_estimate(inside, before, after, t0, t1)
+        peak_w = max(_interval_powers_w(inside), default=_power_between(inside[0], inside[-1]))
+    elif before and after:
+        estimate_j, peak_w = _around_estimate(before, after, t0, t1)
+    else:
+        estimate_j, peak_w = (low_j + high_j) / 2, math.nan
+        notes.append("the energy counter published too little around the region: its ETS is the middle of its bound")
+    # A GPU doing work draws at least the least it drew over any interval seen around the region.
+    floor_w = min(powers, default=0.0)
+    estimate_j = _clamp(max(estimate_j, floor_w * duration), low_j, high_j, max(limit_w, floor_w) * duration)
+    mean_w = estimate_j / duration if duration > 0 else math.nan
+    return RegionEnergy(estimate_j, low_j, high_j, peak_w if math.isfinite(peak_w) else mean_w,
+                        coarse=len(inside) < 2, notes=notes)
+
+
+def _counter_bound(pubs: Sequence[Publication], t0: float, t1: float, ceiling_w: float) -> tuple[float, float]:
+    """The least and most energy (J) any history consistent with the publications puts in [t0, t1].
+
+    E(t) never falls, rises at most ``ceiling_w``, and equals each published value (to the
+    counter's resolution) at a moment within that publication's dating interval. So at any t,
+    E(t) >= value - ceiling * (latest - t) for every publication and E(t) <= value + ceiling *
+    (t - earliest); the region's energy lies between the differences of those envelopes, and
+    between 0 and ceiling * duration.
+    """
+    rate = ceiling_w  # W = J/s; the values are mJ
+    def lowest(moment: float) -> float:
+        return max((p.value - COUNTER_RESOLUTION_MJ) / 1000.0 - rate * max(0.0, p.latest - moment) for p in pubs)
+
+    def highest(moment: float) -> float:
+        return min((p.value + COUNTER_RESOLUTION_MJ) / 1000.0 + rate * max(0.0, moment - p.earliest) for p in pubs)
+
+    duration = t1 - t0
+    low = max(0.0, lowest(t1) - highest(t0))
+    high = min(rate * duration, highest(t1) - lowest(t0))
+    return low, max(high, low)
+
+
+def _inside_estimate(
+    inside: Sequence[Publication], before: Sequence[Publication], after: Sequence[Publication], t0: float, t1: float,
+) -> float:
+    """Exact between the first and last publication inside; each edge from whichever side of its
+    partly seen interval is shorter.
+
+    The interval that holds ``t0`` has a known energy, split between the time before the region
+    and the region's head. The head is extrapolated with the region's own power when it is the
+    shorter piece; otherwise the piece before the region is, with the power of the interval before
+    it, and the head gets the rest. Either way the less time is guessed at. The same for the tail.
+    """
+    first, last = inside[0], inside[-1]
+    power_w = _power_between(first, last)
+    energy_j = (last.value - first.value) / 1000.0
+    head_s, tail_s = first.when - t0, t1 - last.when
+    start = before[-1] if before else None
+    if start is not None and len(before) >= 2 and t0 - start.when < head_s:
+        energy_j += (first.value - start.value) / 1000.0 - _power_between(before[-2], start) * (t0 - start.when)
+    else:
+        energy_j += power_w * head_s
+    end = after[0] if after else None
+    if end is not None and len(after) >= 2 and end.when - t1 < tail_s:
+        energy_j += (end.value - last.value) / 1000.0 - _power_between(end, after[1]) * (end.when - t1)
+    else:
+        energy_j += power_w * tail_s
+    return energy_j
+
+
+def _tail_needs_power_after(last_inside: Publication, after: Sequence[Publication], t1: float) -> bool:
+    """Whether the tail is the longer piece of its interval (its estimate then needs the power of
+    the interval after the region, so one more publication)."""
+    return bool(after) and after[0].when - t1 < t1 - last_inside.when
+
+
+def _around_estimate(
+    before: Sequence[Publication], after: Sequence[Publication], t0: float, t1: float,
+) -> tuple[float, float]:
+    """A region with fewer than two publications inside: the energy between the publications just
+    before and just after it, less what the time around the region drew at the power of the
+    intervals next to it (the meter keeps the GPU idle after a block until they are published)."""
+    start, end = before[-1], after[0]
+    span_j = (end.value - start.value) / 1000.0
+    span_power_w = span_j / max(end.when - start.when, 1e-9)
+    power_before_w = _power_between(before[-2], start) if len(before) >= 2 else span_power_w
+    power_after_w = _power_between(end, after[1]) if len(after) >= 2 else span_power_w
+    estimate_j = span_j - power_before_w * max(t0 - start.when, 0.0) - power_after_w * max(end.when - t1, 0.0)
+    return estimate_j, max(span_power_w, estimate_j / max(t1 - t0, 1e-9))
+
+
+def _power_between(a: Publication, b: Publication) -> float:
+    return (b.value - a.value) / 1000.0 / max(b.when - a.when, 1e-9)
+
+
+def _interval_powers_w(pubs: Sequence[Publication]) -> list[float]:
+    """The mean power between consecutive publications dated to within a tenth of their interval."""
+    powers = []
+    for a, b in zip(pubs, pubs[1:]):
+        span = b.when - a.when
+        if span > 0.5 * NOMINAL_PERIOD_S and max(a.latest - a.earliest, b.latest - b.earliest) < 0.2 * span:
+            powers.append(_power_between(a, b))
+    return powers
+
+
+def _clamp(estimate: float, low: float, high: float, most: float) -> float:
+    """The estimate inside its bound, and no more than the limit the GPU ran under allows on
+    average unless the bound itself says more (a figure the GPU cannot draw is never the estimate)."""
+    return min(max(estimate, low), high, max(most, low))
+
+
+def check_monotonic(reads: Sequence[Read], label: str) -> None:
+    from ..errors import MeasurementError
+
+    for a, b in zip(reads, reads[1:]):
+        if b.value < a.value:
+            raise MeasurementError(
+                f"the energy counter of {label} went backwards ({a.value} mJ, then {b.value} mJ) during "
+                f"the region: the driver was reloaded or the counter reset, so no figure is given; run again"
+            )
+
+
+# -- power readings --------------------------------------------------------------------------------
+
+def sampled_energy(
+    pubs: Sequence[Publication], t0: float, t1: float, *, window_s: float, ceiling_w: float,
+    period_s: float = NOMINAL_PERIOD_S, final: bool = False,
+) -> RegionEnergy:
+    """ETS of [t0, t1] from dated power publications (mW), each the average of the ``window_s``
+    before it.
+
+    The estimate: each window whose whole span lies in the region ("clean") stands for the power
+    around it, halfway to the next; the region's head and tail take the nearest clean window's
+    power. With no clean window the windows overlapping the region, else the ones around it, are
+    used, and the figure is coarse. The bound: what the clean windows cover is known; every other
+    moment of the region is taken to draw between the least and the most of the readings within
+    two publications of it, widened by half their spread.
+    """
+    if not pubs:
+        raise NotYet
+    if not any(p.latest - window_s >= t1 for p in pubs) and not final:
+        raise NotYet
+    windows = [(p.when - window_s, p.when, p.value / 1000.0) for p in pubs]
+    clean = [w for w in windows if w[0] >= t0 and w[1] <= t1]
+    overlapping = [w for w in windows if w[1] > t0 and w[0] < t1]
+    notes: list[str] = []
+    if clean:
+        used, coarse = clean, False
+    elif overlapping:
+        used, coarse = overlapping, True
+        notes.append(f"every power reading of the region averages a window ({window_s * 1000:.0f} ms) reaching "
+                     f"outside it: its ETS is coarse")
+    else:
+        used = _nearest_windows(windows, t0, t1)
+        coarse = True
+        notes.append("no power reading was published inside the region: its ETS is interpolated and coarse")
+    estimate_j = _piecewise_energy(used, t0, t1)
+    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w, 2 * period_s)
+    notes.extend(_gap_notes([p.when for p in pubs], t0, t1, period_s))
+    return RegionEnergy(min(max(estimate_j, low_j), high_j), low_j, high_j,
+                        max(w[2] for w in used), coarse=coarse, notes=notes)
+
+
+def _nearest_windows(windows: Sequence[tuple[float, float, float]], t0: float, t1: float) -> list[tuple[float, float, float]]:
+    before = [w for w in windows if w[1] <= t0][-1:]
+    after = [w for w in windows if w[0] >= t1][:1]
+    return before + after or list(windows[-1:])
+
+
+def _piecewise_energy(used: Sequence[tuple[float, float, float]], t0: float, t1: float) -> float:
+    centres = [(start + end) / 2 for start, end, _ in used]
+    edges = [t0] + [min(max((a + b) / 2, t0), t1) for a, b in zip(centres, centres[1:])] + [t1]
+    return sum(watts * (b - a) for (_, _, watts), a, b in zip(used, edges, edges[1:]))
+
+
+def _sampled_bound(
+    windows: Sequence[tuple[float, float, float]], clean: Sequence[tuple[float, float, float]],
+    t0: float, t1: float, ceiling_w: float, reach_s: float,
+) -> tuple[float, float]:
+    covered = sorted((max(s, t0), min(e, t1), w) for s, e, w in clean)
+    low = high = sum(w * (e - s) for s, e, w in covered)
+    cursor = t0
+    gaps: list[tuple[float, float]] = []
+    for start, end, _ in covered:
+        if start > cursor:
+            gaps.append((cursor, start))
+        cursor = max(cursor, end)
+    if cursor < t1:
+        gaps.append((cursor, t1))
+    resolution_w = POWER_RESOLUTION_MW / 1000.0
+    for start, end in gaps:
+        near = [w for s, e, w in windows if e >= start - reach_s and s <= end + reach_s] or [w for _, _, w in windows]
+        spread = max(near) - min(near)
+        least = max(0.0, min(near) - spread / 2 - resolution_w)
+        most = min(ceiling_w, max(near) + spread / 2 + resolution_w)
+        low += least * (end - start)
+        high += max(most, least) * (end - start)
+    return low, high
+
+
+def _gap_notes(times: Sequence[float], t0: float, t1: float, period_s: float) -> list[str]:
+    """A note when power went unread for over two publication periods inside the region: a held-up
+    sampler interpolates over the gap, which is fine for steady work and wrong for changing work."""
+    points = [t0] + [t for t in times if t0 < t < t1] + [t1]
+    gap_s = max(b - a for a, b in zip(points, points[1:]))
+    if gap_s <= 2 * period_s:
+        return []
+    return [f"power was not read for {gap_s * 1000:.0f} ms of the region (the sampler was held up): "
+            f"the energy over that gap is interpolated"]

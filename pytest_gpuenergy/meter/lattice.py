@@ -1,0 +1,206 @@
+"""When a GPU publishes a reading: the tick lattice ``phase + k * period``, learned from brackets.
+
+NVML publishes the energy counter (and the instant-power reading) about every 100 ms. A reader
+only sees that a value changed between two of its reads: a *bracket* around the publication.
+A polling thread in Python can be held up for milliseconds (the GIL, the scheduler), so single
+brackets are coarse; but every bracket constrains the same lattice. The period comes from a
+weighted least-squares fit over recent brackets and the phase from their intersection, which is
+far tighter than any one of them.
+
+The brackets also bound how wrong the lattice can be. Bracket i holds its tick k_i, and the true
+period lies in the interval all pairs of brackets allow, so tick k lies within bracket i shifted by
+(k - k_i) periods of that interval, for every i at once: the intersection of those shifted brackets
+is where the true tick can be, and :meth:`Lattice.error_at` is how far the lattice's tick may lie
+from either end of it. Near the brackets that is a fraction of one bracket's width; it grows with
+the distance from them.
+
+Pure maths: no threads, no clocks. :class:`TickLearner` is fed brackets by the recorder thread and
+hands out frozen :class:`Lattice` snapshots that the integration reads without locks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+NOMINAL_PERIOD_S = 0.1           # NVML's documented counter update period, until observed
+_WINDOW_S = 5.0                  # brackets older than this are forgotten (clock drift)
+_MAX_BRACKETS = 16               # ...and only this many are kept: a fit costs the GIL, ~3 us per bracket
+_WIDEST_SHARE = 0.25             # a bracket wider than this share of a period says little and may hold two ticks
+_CONFIDENT_BRACKETS = 4          # brackets a lattice needs before the recorder reads only around its ticks
+_MAX_MISSES = 2                  # contradicting reads in a row before the lattice is learned again
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """A reading changed between two reads: the old value was still there when the first began
+    (``after``), the new one was there when the second ended (``before``)."""
+
+    after: float
+    before: float
+
+    @property
+    def middle(self) -> float:
+        return (self.after + self.before) / 2
+
+    @property
+    def width(self) -> float:
+        return self.before - self.after
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """A fitted lattice and what bounds its error (immutable: safe to read from any thread)."""
+
+    period_s: float
+    phase_s: float                                  # the lattice tick nearest the newest bracket
+    period_range_s: tuple[float, float]             # the periods every pair of brackets allows
+    numbered: tuple[tuple[float, float, int], ...]  # (after, before, tick number) of each bracket; empty: inconsistent
+    brackets: int
+
+    def tick_at(self, index: int) -> float:
+        return self.phase_s + index * self.period_s
+
+    def index_before(self, moment: float) -> int:
+        """The number of the latest lattice tick at or before ``moment``."""
+        return math.floor((moment - self.phase_s) / self.period_s)
+
+    def next_tick_after(self, moment: float) -> float:
+        return self.tick_at(self.index_before(moment) + 1)
+
+    def error_at(self, moment: float) -> float:
+        """How far the lattice's tick nearest ``moment`` may be from the true one (inf: unknown)."""
+        if len(self.numbered) < 2:
+            return math.inf
+        k = round((moment - self.phase_s) / self.period_s)
+        period_low, period_high = self.period_range_s
+        low, high = -math.inf, math.inf
+        for after, before, k_i in self.numbered:
+            steps = k - k_i
+            shortest, longest = (period_low, period_high) if steps >= 0 else (period_high, period_low)
+            low = max(low, after + steps * shortest)
+            high = min(high, before + steps * longest)
+        predicted = self.tick_at(k)
+        return max(predicted - low, high - predicted, 0.0)
+
+    def tick_of_read(self, started: float, ended: float) -> tuple[int, float] | None:
+        """Which tick published the value a read saw, and that tick's error, where only one can have.
+
+        The read took its value at some moment in [``started``, ``ended``] (it can be held up
+        between taking the value and returning), and the value was published at the latest tick
+        before that moment. When every moment of the read, give or take the lattice's error, has
+        the same latest tick, that tick is the date.
+        """
+        error = self.error_at(started)
+        if error > 0.25 * self.period_s:
+            return None
+        error = max(error, 1e-4)
+        first = self.index_before(started - error)
+        if first != self.index_before(ended + error):
+            return None
+        return first, error
+
+
+    def only_tick_within(self, earliest: float, latest: float) -> tuple[int, float] | None:
+        """The tick, and its error, of a publication bracketed by [``earliest``, ``latest``], where
+        the lattice leaves only one tick there (a bracket wider than a period never does)."""
+        error = self.error_at(latest)
+        if error > 0.25 * self.period_s or not math.isfinite(earliest):
+            return None
+        error = max(error, 1e-4)
+        first = math.ceil((earliest - error - self.phase_s) / self.period_s)
+        last = math.floor((latest + error - self.phase_s) / self.period_s)
+        return (first, error) if first == last else None
+
+
+class TickLearner:
+    """Collects brackets of one GPU's publications and fits the lattice they share."""
+
+    def __init__(self, nominal_period_s: float = NOMINAL_PERIOD_S) -> None:
+        self.nominal_period_s = nominal_period_s
+        self.brackets: list[Bracket] = []
+        self.lattice: Lattice | None = None
+        self.misses = 0
+
+    @property
+    def period_s(self) -> float:
+        return self.lattice.period_s if self.lattice is not None else self.nominal_period_s
+
+    def add(self, bracket: Bracket) -> None:
+        if bracket.width > _WIDEST_SHARE * self.period_s:
+            return
+        newest = bracket.before
+        self.brackets = [b for b in [*self.brackets, bracket][-_MAX_BRACKETS:] if b.before >= newest - _WINDOW_S]
+        fitted = fit(self.brackets, self.nominal_period_s, self.lattice.period_s if self.lattice else None)
+        if fitted is not None:
+            self.lattice = fitted
+
+    def confident(self, moment: float, within_s: float) -> bool:
+        """Whether the lattice is known to ``within_s`` at ``moment``: reading only around its ticks is safe."""
+        return (
+            self.lattice is not None
+            and len(self.brackets) >= _CONFIDENT_BRACKETS
+            and self.misses < _MAX_MISSES
+            and self.lattice.error_at(moment) <= within_s
+        )
+
+    def hit(self) -> None:
+        self.misses = 0
+
+    def miss(self) -> None:
+        """A read contradicted the lattice; after a second one in a row, learn it again from scratch."""
+        self.misses += 1
+        if self.misses >= _MAX_MISSES:
+            self.brackets.clear()
+            self.lattice = None
+            self.misses = 0
+
+
+def fit(brackets: Sequence[Bracket], nominal_period_s: float, previous_period_s: float | None) -> Lattice | None:
+    """The lattice all ``brackets`` allow (period and phase), or None with fewer than two ticks.
+
+    Ticks are numbered from the nominal (or previous) period, the period refined by a weighted
+    least-squares fit (narrow brackets count more), and the numbers assigned again. Then every
+    lattice consistent with all brackets is possible: for each pair, (k_j - k_i) * period lies in
+    [a_j - b_i, b_j - a_i]; the period is the middle of that range and the phase the middle of the
+    interval the brackets leave at that period. Brackets that no strictly periodic lattice fits
+    (jitter) give the least-squares lattice with no error bound (``numbered`` empty).
+    """
+    if len(brackets) < 2:
+        return None
+    middles = [b.middle for b in brackets]
+    gaps = sorted(b - a for a, b in zip(middles, middles[1:]) if b - a > 0.005)
+    if not gaps:
+        return None
+    period = previous_period_s or statistics.median(g / max(1, round(g / nominal_period_s)) for g in gaps)
+    for _ in range(2):
+        ks = [round((m - middles[-1]) / period) for m in middles]
+        if len(set(ks)) < 2:
+            return None
+        period = _weighted_slope(ks, middles, [1.0 / max(b.width, 1e-4) ** 2 for b in brackets])
+    ks = [round((m - middles[-1]) / period) for m in middles]
+    period_low, period_high = 0.0, math.inf
+    for i, (bi, ki) in enumerate(zip(brackets, ks)):
+        for bj, kj in zip(brackets[i + 1:], ks[i + 1:]):
+            if kj > ki:
+                period_low = max(period_low, (bj.after - bi.before) / (kj - ki))
+                period_high = min(period_high, (bj.before - bi.after) / (kj - ki))
+    if period_low <= period_high:
+        period = (period_low + period_high) / 2
+    low = max(b.after - k * period for b, k in zip(brackets, ks))
+    high = min(b.before - k * period for b, k in zip(brackets, ks))
+    if period_low <= period_high and low <= high:
+        numbered = tuple((b.after, b.before, k) for b, k in zip(brackets, ks))
+        return Lattice(period, (low + high) / 2, (period_low, period_high), numbered, len(brackets))
+    phase = statistics.fmean(m - k * period for m, k in zip(middles, ks))
+    return Lattice(period, phase, (0.0, math.inf), (), len(brackets))
+
+
+def _weighted_slope(xs: Sequence[int], ys: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    mean_x = sum(w * x for w, x in zip(weights, xs)) / total
+    mean_y = sum(w * y for w, y in zip(weights, ys)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, xs))
+    return sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys)) / sxx

@@ -1,0 +1,306 @@
+"""One thread per GPU that records every publication of its energy counter (or power) all session.
+
+A region is then just two timestamps: its energy is worked out afterwards from the reads around
+them (``integrate``). The tick lattice is learned once per GPU and session, not per region, and
+the reads before a region give the power just before it.
+
+The thread sleeps until shortly before the next expected publication and reads around it. While
+the lattice is being learned it polls finely near each expected tick until the value moves, with a
+random lead so that successive brackets fall at different offsets and their intersection keeps
+narrowing. Once the lattice is known to a millisecond it reads just after each tick (and, one tick
+in four, just before it too, to follow the clock's drift): two reads per 100 ms at most.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import pynvml
+
+from ..device import Backend, Gpu
+from ..errors import GpuLostError, MeasurementError
+from ..results import COUNTER, SAMPLING
+from .integrate import Read
+from .lattice import Bracket, Lattice, TickLearner
+
+POLL_S = 0.0005                  # polling step near an expected counter tick while learning
+SAMPLE_S = 0.005                 # power polling step while no lattice is known
+# Wake this long before an expected tick: a thread that wakes needs the GIL back, which a busy
+# main thread yields only every switch interval (5 ms by default).
+_GUARD_S = sys.getswitchinterval() + 0.003
+_LEAD_S = 0.0015                 # a confident recorder reads this long (plus a random extra) around a tick
+_CONFIDENT_ERROR_S = 0.004       # how well the lattice must be known to read only around its ticks
+_FINE_ERROR_S = 0.001            # ...and to bracket only one tick in _REFRESH_EVERY
+_REFRESH_EVERY = 4
+_KEEP_S = 30.0                   # reads older than this (and than any held region) are dropped
+_GIVE_UP_AFTER_S = 2.0           # NVML errors for this long in a row stop the recorder
+_INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
+_AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
+
+
+class Recorder(threading.Thread):
+    """Reads one GPU's counter (``method`` "counter") or power ("sampling") until stopped."""
+
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str) -> None:
+        super().__init__(name=f"gpuenergy-recorder-{gpu.index}", daemon=True)
+        self.gpu = gpu
+        self.clock = clock
+        self.method = method
+        self.learner = TickLearner()
+        self.window_s = power_window_s(gpu) if method == SAMPLING else 0.0
+        limits = gpu.limits()
+        self.max_limit_w = limits.max_mw / 1000.0
+        self.error: BaseException | None = None
+        self.last_error: BaseException | None = None
+        self._reads: list[Read] = []
+        self._holds: dict[int, float] = {}
+        self._next_hold = 0
+        self._changed = threading.Condition()
+        self._stopping = threading.Event()
+        self._jitter = random.Random()
+        self._latency_s = 0.0
+        self._since_refresh = _REFRESH_EVERY
+        self._failing_since: float | None = None
+
+    # -- what the meter uses -----------------------------------------------------------------------
+    @property
+    def period_s(self) -> float:
+        return self.learner.period_s
+
+    def snapshot(self, since: float, until: float) -> tuple[list[Read], Lattice | None]:
+        """The reads that began within [since, until], and the lattice as it is now."""
+        with self._changed:
+            starts = [r.started for r in self._reads]
+            first = bisect.bisect_left(starts, since)
+            last = bisect.bisect_right(starts, until)
+            return self._reads[first:last], self.learner.lattice
+
+    def wait_until(self, moment: float) -> None:
+        """Block until a read that began at ``moment`` or later has been taken (or the recorder stops)."""
+        with self._changed:
+            while self.error is None and self.is_alive() and not (self._reads and self._reads[-1].started >= moment):
+                self._changed.wait(max(moment - self.clock(), 0.0) + 0.01)
+
+    def hold(self, since: float) -> int:
+        """Keep the reads from ``since`` on until :meth:`release` (a region is being measured)."""
+        with self._changed:
+            self._next_hold += 1
+            self._holds[self._next_hold] = since
+            return self._next_hold
+
+    def release(self, token: int) -> None:
+        with self._changed:
+            self._holds.pop(token, None)
+
+    def raise_error(self) -> None:
+        """Raise what stopped the recorder, if anything did."""
+        if self.error is not None:
+            raise self.error
+
+    def cpu_s(self) -> float:
+        """CPU time this thread has used (what recording costs the process)."""
+        ident = self.ident
+        if ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except (OSError, AttributeError):
+            return 0.0
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join()
+
+    # -- the thread ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._read()
+            while not self._stopping.is_set():
+                expected = self._expected_tick()
+                if expected is not None and self.learner.confident(expected, _CONFIDENT_ERROR_S):
+                    self._around(expected)
+                else:
+                    self._learn(expected)
+        except BaseException as exc:  # handed to the meter through self.error
+            self.error = exc
+        finally:
+            with self._changed:
+                self._changed.notify_all()
+
+    def _expected_tick(self) -> float | None:
+        lattice = self.learner.lattice
+        return lattice.next_tick_after(self.clock()) if lattice is not None else None
+
+    def _value(self) -> int:
+        if self.method == COUNTER:
+            return self.gpu.energy_mj()
+        return self.gpu.power_mw()
+
+    def _read(self) -> bool:
+        """One read; True if the value changed since the previous one. NVML errors are retried."""
+        started = self.clock()
+        try:
+            value = self._value()
+        except pynvml.NVMLError_GpuIsLost:
+            raise GpuLostError(f"{self.gpu.label} is lost (NVML: GPU is lost)") from None
+        except GpuLostError:
+            raise
+        except pynvml.NVMLError as exc:
+            self._failed(started, exc)
+            return False
+        ended = self.clock()
+        self._failing_since = None
+        with self._changed:
+            previous = self._reads[-1] if self._reads else None
+            self._reads.append(Read(started, ended, value))
+            self._trim(ended)
+            changed = previous is not None and value != previous.value
+            if changed:
+                assert previous is not None
+                self.learner.add(Bracket(previous.started, ended))
+            self._changed.notify_all()
+        return changed
+
+    def _failed(self, moment: float, exc: BaseException) -> None:
+        self.last_error = exc
+        if self._failing_since is None:
+            self._failing_since = moment
+        elif moment - self._failing_since > _GIVE_UP_AFTER_S:
+            raise MeasurementError(f"reading the energy of {self.gpu.label} failed for over "
+                                   f"{_GIVE_UP_AFTER_S:g} s: NVML: {exc}")
+        self._stopping.wait(10 * POLL_S)
+
+    def _trim(self, now: float) -> None:
+        keep_from = min([now - _KEEP_S, *self._holds.values()])
+        if self._reads and self._reads[0].started < keep_from - 1.0:
+            cut = bisect.bisect_left([r.started for r in self._reads], keep_from)
+            del self._reads[:cut]
+
+    def _sleep_until(self, moment: float) -> bool:
+        """Sleep until ``moment`` on the meter's clock; True if asked to stop meanwhile."""
+        delay = moment - self.clock()
+        if delay <= 0:
+            return self._stopping.is_set()
+        if self._stopping.wait(delay):
+            return True
+        late = self.clock() - moment
+        self._latency_s = max(late, 0.8 * self._latency_s)   # remember a late wake-up for a while
+        return False
+
+    def _around(self, expected: float) -> None:
+        """Read just after an expected tick; on one tick in four (or while the lattice is loose)
+        bracket it finely instead, to keep the lattice tight and follow the clock's drift."""
+        lattice = self.learner.lattice
+        assert lattice is not None
+        period = lattice.period_s
+        error = lattice.error_at(expected)
+        if error > _FINE_ERROR_S or self._since_refresh + 1 >= _REFRESH_EVERY:
+            lead = _LEAD_S + error + min(self._latency_s, 0.2 * period) + self._jitter.uniform(0.0, _LEAD_S)
+            if self.clock() > expected - lead:   # too close to brace for it: take the next one
+                expected += period
+            if self._sleep_until(expected - lead):
+                return
+            if self._read():
+                # Seen before it was due. The read may have taken its value anywhere in its span,
+                # so only a read that *ended* before the tick's earliest time contradicts the lattice.
+                if self._reads[-1].ended < expected - lattice.error_at(expected):
+                    self.learner.miss()
+                return
+            self._since_refresh = 0
+            self._poll_until_change(POLL_S, give_up_at=expected + 0.25 * period)
+            return
+        self._since_refresh += 1
+        if self._sleep_until(expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)):
+            return
+        if self._read():
+            self.learner.hit()
+        elif self.method == COUNTER:
+            # The counter moves at every tick (a GPU always draws power): the tick is late.
+            self.learner.miss()
+            self._poll_until_change(POLL_S)
+
+    def _learn(self, expected: float | None) -> None:
+        """Poll near the next expected tick until the value moves."""
+        if self.method == SAMPLING and expected is None:
+            self._read()   # steady power may never move: sample, do not spin
+            self._stopping.wait(SAMPLE_S)
+            return
+        if expected is not None:
+            # A random extra lead decorrelates the brackets from the tick; late wake-ups (a main
+            # thread that holds the GIL) are allowed for, or every read would come after the tick.
+            period = self.learner.period_s
+            lead_s = (_GUARD_S + min(self._latency_s, 0.2 * period)
+                      + self._jitter.uniform(0.0, sys.getswitchinterval()))
+            if self._sleep_until(expected - lead_s):
+                return
+            if self.method == SAMPLING:
+                self._poll_until_change(POLL_S, give_up_at=expected + _GUARD_S + 0.25 * period)
+                return
+        self._poll_until_change(POLL_S)
+
+    def _poll_until_change(self, step_s: float, give_up_at: float | None = None) -> None:
+        while not self._read():
+            if self._stopping.wait(step_s) or (give_up_at is not None and self.clock() > give_up_at):
+                return
+
+
+def power_window_s(gpu: Gpu) -> float:
+    """How long a window one power reading of ``gpu`` averages (what NVIDIA documents).
+
+    The instant-power field averages 25 ms on A100/H100 (Yang et al., SC'24), and so does
+    ``nvmlDeviceGetPowerUsage`` up to GA100; on Ampere and newer except GA100 the latter is a 1 s
+    average (NVML documentation).
+    """
+    if gpu.power_source == "instant":
+        return _INSTANT_POWER_WINDOW_S
+    try:
+        capability = tuple(gpu.nvml.nvmlDeviceGetCudaComputeCapability(gpu.handle))
+    except Exception:  # an NVML without the call: assume the short window
+        return _INSTANT_POWER_WINDOW_S
+    return _AVERAGE_POWER_WINDOW_S if capability > (8, 0) else _INSTANT_POWER_WINDOW_S
+
+
+class Recorders:
+    """The recorders of one backend's GPUs: started on first use, stopped when the backend closes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._by_uuid: dict[str, Recorder] = {}
+        self._lock = threading.Lock()
+        backend.on_close(self.stop)
+
+    def of(self, gpu: Gpu) -> Recorder:
+        with self._lock:
+            recorder = self._by_uuid.get(gpu.uuid)
+            if recorder is None:
+                recorder = Recorder(gpu, self.backend.clock, _method_for(gpu))
+                recorder.start()
+                self._by_uuid[gpu.uuid] = recorder
+            return recorder
+
+    def stop(self) -> None:
+        with self._lock:
+            recorders, self._by_uuid = list(self._by_uuid.values()), {}
+        for recorder in recorders:
+            recorder.stop()
+
+
+def recorders_of(backend: Backend) -> Recorders:
+    """The backend's recorders (one set per backend: a new backend starts afresh)."""
+    existing: Any = getattr(backend, "recorders", None)
+    if existing is None:
+        existing = backend.recorders = Recorders(backend)
+    return existing
+
+
+def _method_for(gpu: Gpu) -> str:
+    try:
+        return COUNTER if gpu.has_energy_counter() else SAMPLING
+    except pynvml.NVMLError_GpuIsLost:
+        raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
