@@ -139,7 +139,7 @@ def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tup
                 if with_meter:
                     with meter:
                         work(length)
-                    measured.append(time.perf_counter() - started)
+                    measured.append(meter.result.time_s)   # T; the wait for the next publication comes after
                 else:
                     work(length)
                     plain.append(time.perf_counter() - started)
@@ -218,15 +218,17 @@ def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> 
         return {"median_us": 1e6 * statistics.median(took), "p99_us": 1e6 * took[int(0.99 * len(took))]}
 
     meter = EnergyMeter(backend, [gpu])
-    added, thread_cpu = [], []
+    added, waited, thread_cpu = [], [], []
     for _ in range(regions):
         started = time.perf_counter()
         with meter:
             pass
-        added.append(time.perf_counter() - started)
+        added.append(meter.result.time_s)
+        waited.append(time.perf_counter() - started - meter.result.time_s)
         thread_cpu.append(meter.last_thread_cpu_s)
     return {"energy_read": latency_us(gpu.energy_mj), "power_read": latency_us(gpu.power_mw),
             "empty_region_ms_median": 1e3 * statistics.median(added), "empty_region_ms_max": 1e3 * max(added),
+            "wait_for_publication_ms_median": 1e3 * statistics.median(waited),
             "meter_thread_cpu_ms_median": 1e3 * statistics.median(thread_cpu)}
 
 

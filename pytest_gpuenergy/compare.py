@@ -11,7 +11,9 @@ are the figures the result tables show). A case **regresses** on a metric when
    at the stated confidence (default 99 %).
 
 An **improvement** is the mirror image (a decrease beyond the threshold whose upper bound is
-below 0 %). Anything else is **noise**. A metric without a threshold is reported with its change
+below 0 %). Anything else is **noise**. And whatever the statistics say, a change of ETS or EDP
+that the meter's own bounds can explain (the bound of the old mean and that of the new one
+overlap: short regions are coarse) is never a regression nor an improvement. A metric without a threshold is reported with its change
 and interval but never gates: it reads ``increase``/``decrease`` when the change is real, else
 ``noise``; it only labels the whole case (``changed``) when no metric is gated at all. With fewer than 2 repetitions on either side there is no spread to test against, so
 the threshold alone decides, and the result says so.
@@ -63,7 +65,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
@@ -319,10 +321,14 @@ def decide(
     threshold_pct: float | None,
     confidence: float = DEFAULT_CONFIDENCE,
     session: SessionNoise | None = None,
+    bounds: tuple[tuple[float, float], tuple[float, float]] | None = None,
 ) -> MetricChange:
     """The verdict for one metric from the two runs' repetitions (see the module docstring).
 
     ``session``: the noise between sessions, estimated from saved runs; None when unknown.
+    ``bounds``: the meter's bounds on the old and the new mean, where known. A change that the
+    bounds can explain (they overlap) is never a regression nor an improvement, whatever the
+    statistics say: the figures themselves are not that certain.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; use {', '.join(METRICS)}")
@@ -338,9 +344,11 @@ def decide(
         )
     change = 100.0 * (new_mean / old_mean - 1.0)
     if min(len(old), len(new)) < 2:
-        return _threshold_only(base, change)
+        return _within_bounds(_threshold_only(base, change), bounds)
     low, high = _log_ratio_bounds(old, new, old_mean, new_mean, confidence, session)
     verdict, why = _verdict(change, low, high, threshold_pct, confidence)
+    if bounds is not None and verdict != NOISE and _overlap(*bounds):
+        verdict, why = NOISE, f"{why}, but within the meter's bounds ({_bounds_text(bounds, metric)})"
     noise = "" if session is None else f", session noise {100 * session.cv:.1f} % from {session.runs} runs"
     text = (f"{_pct(change)} [{_pct(low)}, {_pct(high)}] (bounds one-sided at {_conf(confidence)}, "
             f"n={len(old)}/{len(new)}{noise}): {why}")
@@ -362,6 +370,35 @@ def _threshold_only(base: dict[str, Any], change: float) -> MetricChange:
         verdict, why = NOISE, f"within the {threshold:g} % threshold"
     return MetricChange(**base, change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=verdict,
                         method=THRESHOLD_ONLY, reason=f"{_pct(change)}: {why}; {note}")
+
+
+def _overlap(old: tuple[float, float], new: tuple[float, float]) -> bool:
+    return old[0] <= new[1] and new[0] <= old[1]
+
+
+def _bounds_text(bounds: tuple[tuple[float, float], tuple[float, float]], metric: str) -> str:
+    (old_low, old_high), (new_low, new_high) = bounds
+    unit = METRIC_UNITS[metric]
+    return f"baseline {old_low:.4g}-{old_high:.4g} {unit}, now {new_low:.4g}-{new_high:.4g} {unit}"
+
+
+def _within_bounds(change: MetricChange, bounds: tuple[tuple[float, float], tuple[float, float]] | None) -> MetricChange:
+    """A threshold-only verdict that the meter's bounds can explain becomes noise."""
+    if bounds is None or change.verdict == NOISE or not _overlap(*bounds):
+        return change
+    return replace(change, verdict=NOISE,
+                   reason=f"{change.reason}; within the meter's bounds ({_bounds_text(bounds, change.metric)})")
+
+
+def metric_bounds(entry: CaseEntry, metric: str) -> tuple[float, float] | None:
+    """The meter's bound on a case's mean ETS or EDP (None for T, which is timed exactly, or where
+    the document predates bounds)."""
+    reps = entry.repetitions
+    if metric == "time" or any(r.ets_low_j is None or r.ets_high_j is None for r in reps):
+        return None
+    scale = (lambda r: 1.0) if metric == "ets" else (lambda r: r.time_s)
+    return (statistics.fmean(r.ets_low_j * scale(r) for r in reps),    # type: ignore[operator]
+            statistics.fmean(r.ets_high_j * scale(r) for r in reps))   # type: ignore[operator]
 
 
 def _verdict(change: float, low: float, high: float, threshold: float | None, confidence: float) -> tuple[str, str]:
@@ -628,11 +665,16 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
     saved = [case for doc in history for case in doc.cases if case.key == old.key]
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
-               SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]))
+               SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]), _both_bounds(old, new, m))
         for m in METRICS
     )
     return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,
                           _case_verdict(metrics), old, new, tuple(_case_notes(old, new)))
+
+
+def _both_bounds(old: CaseEntry, new: CaseEntry, metric: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    old_bounds, new_bounds = metric_bounds(old, metric), metric_bounds(new, metric)
+    return (old_bounds, new_bounds) if old_bounds is not None and new_bounds is not None else None
 
 
 def _case_verdict(metrics: Sequence[MetricChange]) -> str:

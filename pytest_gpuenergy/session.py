@@ -245,8 +245,12 @@ class EnergySession:
             return None
         origin = "simulated" if gpu.simulated else "measured"
         region = f" [{case_id.rsplit('#', 1)[1]}. region]" if "#" in case_id.rsplit("::", 1)[-1] else ""
+        summary = gpu.summary
+        bound = ""
+        if summary.ets_low_j is not None and summary.ets_high_j is not None and any(m.figure == "ETS" for m in misses):
+            bound = f" (true ETS within {summary.ets_low_j:.4g}-{summary.ets_high_j:.4g} J)"
         return (
-            f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)} "
+            f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)}{bound} "
             f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap_label} "
             f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)})"
         )

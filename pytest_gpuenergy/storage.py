@@ -13,12 +13,12 @@ Layout::
 ``backend`` is ``nvml`` or ``sim``; the slug is the GPU model name in lower-case ASCII with
 dashes (``nvidia-h100-80gb-hbm3``). A session that measured two GPU models writes two documents.
 
-Format (``"format": "pytest-gpuenergy-run"``, ``"version": 1``; the full description with an
+Format (``"format": "pytest-gpuenergy-run"``, ``"version": 2``; the full description with an
 example is ``docs/run-format.md``)::
 
     {
       "format": "pytest-gpuenergy-run",   # any other value: not ours, refused
-      "version": 1,                       # integer; a newer one is refused (upgrade the plugin)
+      "version": 2,                       # integer; a newer one is refused (upgrade the plugin); 1 is read
       "run_id": "20250301T101500Z-1a2b3c4d",   # UTC time of the run + random; unique
       "created_at": "2025-03-01T10:15:00+00:00",
       "backend": "nvml" | "sim",
@@ -38,7 +38,8 @@ example is ``docs/run-format.md``)::
           "method": "counter" | "sampling", "power_source": null | "instant" | "usage",
           "limit_requested_w": 150.0 | null, "limit_enforced_w": 150.0, "default_limit_w": 700.0,
           "repetitions": [{"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
-                           "calls"}],          # per call of the measured function
+                           "calls", "ets_low_j", "ets_high_j"}],   # per call; the bound holds the true ETS
+                                                                    # (absent in version 1)
           "summary": {"n", "ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
                       "ets_std_j", "ets_cv", "ets_min_j", "ets_max_j"},
           "notes": ["..."]
@@ -74,7 +75,7 @@ from .fileio import atomic_write_json
 from .results import EnergyResult, GpuResult, Repetition, Summary
 
 FORMAT = "pytest-gpuenergy-run"
-VERSION = 1
+VERSION = 2   # 2: repetitions carry the bound of their ETS (ets_low_j, ets_high_j); 1 is still read
 DEFAULT_STORAGE = ".energy"
 LATEST = "latest"
 
@@ -665,12 +666,19 @@ class _DocumentReader:
         calls = data.get("calls", 1)
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
             raise self.fail(f"{where}.calls", f"must be a whole number >= 1, got {calls!r}")
+        ets_j = self.number(data, "ets_j", where)
+        low, high = self.number(data, "ets_low_j", where, optional=True), self.number(data, "ets_high_j", where, optional=True)
+        if (low is None) != (high is None) or (low is not None and not low <= ets_j <= high):  # type: ignore[operator]
+            raise self.fail(where, f"ets_low_j <= ets_j <= ets_high_j must hold (or both bounds be absent), "
+                                   f"got {low!r} <= {ets_j!r} <= {high!r}")
         return Repetition(
-            ets_j=self.number(data, "ets_j", where),
+            ets_j=ets_j,
             time_s=self.number(data, "time_s", where),
             mean_power_w=_nan_if_none(self.number(data, "mean_power_w", where, optional=True)),
             peak_power_w=_nan_if_none(self.number(data, "peak_power_w", where, optional=True)),
             calls=calls,
+            ets_low_j=low,
+            ets_high_j=high,
         )
 
     # -- typed fields ----------------------------------------------------------------------
@@ -723,6 +731,8 @@ def _repetition_json(rep: Repetition) -> dict[str, Any]:
         "mean_power_w": _finite(rep.mean_power_w),
         "peak_power_w": _finite(rep.peak_power_w),
         "calls": rep.calls,
+        "ets_low_j": _finite(rep.ets_low_j),
+        "ets_high_j": _finite(rep.ets_high_j),
     }
 
 

@@ -38,7 +38,9 @@ def repetitions(ets_j: float, time_s: float, n: int, noise: float, rng: np.rando
     for _ in range(n):
         e = ets_j * float(np.exp(rng.normal(0.0, noise))) if noise else ets_j
         t = time_s * float(np.exp(rng.normal(0.0, noise / 2))) if noise else time_s
-        reps.append(Repetition(ets_j=e, time_s=t, mean_power_w=e / t, peak_power_w=1.2 * e / t, calls=1))
+        # A measure() region of a second or so: the meter's bound reaches about 0.5 % either side.
+        reps.append(Repetition(ets_j=e, time_s=t, mean_power_w=e / t, peak_power_w=1.2 * e / t, calls=1,
+                               ets_low_j=0.995 * e, ets_high_j=1.005 * e))
     return tuple(reps)
 
 

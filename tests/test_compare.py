@@ -109,6 +109,30 @@ def test_thirty_percent_less_is_an_improvement():
     assert change.verdict == IMPROVEMENT and change.ci_high_pct < 0
 
 
+def test_a_change_the_meters_bounds_can_explain_is_never_a_regression():
+    """Short regions are coarse: +30 % measured, but the bounds of the two means overlap."""
+    old, new = _samples(100, 0.02, 5, 1), _samples(130, 0.02, 5, 2)
+    wide = ((60.0, 140.0), (80.0, 170.0))
+    change = decide("ets", old, new, 5.0, bounds=wide)
+    assert change.verdict == NOISE and "within the meter's bounds" in change.reason and "60-140 J" in change.reason
+    tight = ((99.0, 101.0), (128.0, 132.0))
+    assert decide("ets", old, new, 5.0, bounds=tight).verdict == REGRESSION
+    assert decide("ets", old[:1], new[:1], 5.0, bounds=wide).verdict == NOISE     # threshold-only too
+
+
+def test_documents_with_coarse_figures_gate_nothing_the_bounds_can_explain():
+    def coarse(doc):
+        return replace(doc, cases=tuple(
+            replace(case, repetitions=tuple(replace(r, ets_low_j=0.5 * r.ets_j, ets_high_j=1.6 * r.ets_j)
+                                            for r in case.repetitions))
+            for case in doc.cases))
+
+    old, new = coarse(make_doc(seed=1)), coarse(make_doc(seed=2, minutes=60, scale={CASE: 1.3}))
+    comparison = compare_documents(old, new, GATE)
+    assert not comparison.failed
+    assert next(c for c in comparison.cases if c.case_id == CASE).metric("ets").verdict == NOISE
+
+
 def test_a_large_change_in_very_noisy_samples_is_noise():
     old = [100, 60, 140, 80, 120]
     new = [150, 70, 170, 95, 110]

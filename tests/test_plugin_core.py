@@ -277,6 +277,27 @@ def test_a_short_with_block_is_warned_about(pytester, sim_state):
     result.stdout.fnmatch_lines(["*EnergyMeasurementWarning: the measured block took * ms, too short*measure(fn)*"])
 
 
+README_EXAMPLE_15_MS = spin_source() + textwrap.dedent(
+    """
+    @pytest.mark.energy_budget(ets=900.0, edp=2.0e3)
+    def test_short_block(gpu_power_cap, energy_meter):
+        with energy_meter:                 # 15 ms of work: shorter than the counter's 100 ms
+            spin(0.015)
+        result = energy_meter.result
+        assert result.ets_j > 0
+        assert result.mean_power_w <= gpu_power_cap.enforced_w
+        assert result.ets_low_j <= result.ets_j <= result.ets_high_j
+    """
+)
+
+
+def test_the_readmes_example_with_a_15_ms_block_passes_at_every_cap(pytester, sim_state):
+    """The issue's case: 0 J and 1,100 W figures from short blocks under caps failed this."""
+    write(pytester, README_EXAMPLE_15_MS)
+    for _ in range(2):
+        pytester.runpytest("--gpu-caps=60%,80%,100%", "-p", "no:randomly").assert_outcomes(passed=3)
+
+
 def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
     write(pytester, spin_source() + textwrap.dedent(
         """

@@ -224,6 +224,27 @@ def test_a_corrupt_state_file_is_a_clear_error(sim_state):
     lib.nvmlShutdown()
 
 
+def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_for_every_read(nvml):
+    """A tick's published value must not change with when it is read: another process's work
+    appears from (100 ms after) its commit on, so a reader never sees a jump inside an old interval."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.simUseDevices([])
+    moment = time.time() - 0.05
+    before_mj = nvml.simExactEnergyMj(handle, moment)
+    script = (
+        "import time\n"
+        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
+        "n = SimulatedNvml(); n.nvmlInit()\n"
+        "end = time.process_time() + 0.2\n"
+        "while time.process_time() < end: pass\n"
+        "n.simSynchronize(); n.nvmlShutdown()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    time.sleep(0.15)
+    assert nvml.simExactEnergyMj(handle, moment) == pytest.approx(before_mj, abs=1.0)
+    assert nvml.simExactEnergyMj(handle) - before_mj > 0.2 * (646 - 70) * 0.8 * 1000
+
+
 def test_energy_from_another_process_reaches_the_shared_counter(nvml):
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     nvml.simUseDevices([])          # this process does no work on the GPU
@@ -239,7 +260,7 @@ def test_energy_from_another_process_reaches_the_shared_counter(nvml):
     started = time.time()
     subprocess.run([sys.executable, "-c", script], check=True)
     elapsed = time.time() - started
-    time.sleep(0.06)
+    time.sleep(0.15)   # another process's work shows on the counter 100 ms after its commit
     gained_j = (nvml.simExactEnergyMj(handle) - e0) / 1000
-    idle_only_j = 70 * elapsed
+    idle_only_j = 70 * (elapsed + 0.15)
     assert gained_j > idle_only_j + 0.4 * (646 - 70) * 0.8

@@ -34,20 +34,48 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_document_has_the_documented_fields():
     doc = make_doc(n=3)
     data = doc.to_json()
-    assert data["format"] == FORMAT and data["version"] == VERSION == 1
+    assert data["format"] == FORMAT and data["version"] == VERSION == 2
     assert set(data) == {"format", "version", "run_id", "created_at", "backend", "simulated", "gpu_model",
                          "machine", "commit", "options", "cases"}
     case = data["cases"][0]
     assert set(case) == {"case_id", "test", "cap", "gpu_index", "gpu_name", "gpu_uuid", "backend", "simulated",
                          "method", "power_source", "limit_requested_w", "limit_enforced_w", "default_limit_w",
                          "repetitions", "summary", "notes"}
-    assert set(case["repetitions"][0]) == {"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w", "calls"}
+    assert set(case["repetitions"][0]) == {"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w", "calls",
+                                           "ets_low_j", "ets_high_j"}
+    assert case["repetitions"][0]["ets_low_j"] <= case["repetitions"][0]["ets_j"] <= case["repetitions"][0]["ets_high_j"]
     assert len(case["repetitions"]) == 3 and case["summary"]["n"] == 3
     rep = case["repetitions"][0]
     assert rep["edp_js"] == pytest.approx(rep["ets_j"] * rep["time_s"])
     assert data["created_at"] == "2025-03-01T10:00:00+00:00"
     assert data["run_id"].startswith("20250301T100000Z-")
     assert data["simulated"] is True and data["backend"] == "sim" and data["gpu_model"] == H100
+
+
+def test_a_version_1_document_without_bounds_is_still_read(tmp_path):
+    data = make_doc(n=2).to_json()
+    data["version"] = 1
+    for case in data["cases"]:
+        for rep in case["repetitions"]:
+            del rep["ets_low_j"], rep["ets_high_j"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    doc = load_document(path)
+    rep = doc.cases[0].repetitions[0]
+    assert rep.ets_low_j is None and rep.ets_high_j is None and doc.cases[0].summary.ets_low_j is None
+
+
+def test_bounds_survive_a_save_and_a_load_and_a_bound_that_misses_its_figure_is_refused(tmp_path):
+    doc = make_doc(n=2)
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(doc.to_json()))
+    loaded = load_document(path).cases[0].repetitions[0]
+    assert loaded.ets_low_j == doc.cases[0].repetitions[0].ets_low_j and loaded.ets_low_j < loaded.ets_j < loaded.ets_high_j
+    data = doc.to_json()
+    data["cases"][0]["repetitions"][0]["ets_high_j"] = data["cases"][0]["repetitions"][0]["ets_j"] / 2
+    path.write_text(json.dumps(data))
+    with pytest.raises(StorageError, match="ets_low_j <= ets_j <= ets_high_j"):
+        load_document(path)
 
 
 def test_one_document_per_gpu_model_and_backend():
@@ -156,7 +184,7 @@ def _good_json(doc: RunDocument) -> dict:
 
 def _bad_files(doc: RunDocument) -> dict[str, tuple[bytes, str]]:
     good = json.dumps(doc.to_json(), indent=2).encode()
-    newer = _good_json(doc) | {"version": 2}
+    newer = _good_json(doc) | {"version": VERSION + 1}
     wrong_field = _good_json(doc)
     wrong_field["cases"][1]["repetitions"][0]["ets_j"] = "lots"
     no_reps = _good_json(doc)
@@ -167,7 +195,7 @@ def _bad_files(doc: RunDocument) -> dict[str, tuple[bytes, str]]:
         "binary": (b"\xff\xfe\x00garbage", "not UTF-8"),
         "foreign": (json.dumps({"name": "package.json", "version": "1.0.0"}).encode(), "not a pytest-gpuenergy run document"),
         "list": (b"[1, 2, 3]", "not a pytest-gpuenergy run document"),
-        "newer": (json.dumps(newer).encode(), "version 2 is newer.*pip install -U pytest-gpuenergy"),
+        "newer": (json.dumps(newer).encode(), "version 3 is newer.*pip install -U pytest-gpuenergy"),
         "wrong-field": (json.dumps(wrong_field).encode(), r"cases\[1\]\.repetitions\[0\]\.ets_j: must be a number"),
         "no-repetitions": (json.dumps(no_reps).encode(), r"cases\[0\]\.repetitions: is empty"),
         "bad-version": (json.dumps(_good_json(doc) | {"version": "1"}).encode(), "version: must be a whole number"),

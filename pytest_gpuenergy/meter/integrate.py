@@ -18,8 +18,8 @@ takes the power of the neighbouring intervals for the time around it.
 **Power readings** (sampling, where there is no counter) each average a window before their
 publication (25 ms every 100 ms for the instant-power field: 75 % of the time is never seen).
 Between windows the power is not known; :func:`sampled_energy` takes it to lie within the range of
-the readings around it, which holds for work that changes slower than a few publications and is
-stated as that assumption.
+the readings that overlap the region, which holds for work that changes slower than its readings
+do and is stated as that assumption; a region no reading overlaps gets 0 to the GPU's ceiling.
 """
 
 from __future__ import annotations
@@ -167,6 +167,9 @@ def counter_energy(
     floor_w = min(powers, default=0.0)
     estimate_j = _clamp(max(estimate_j, floor_w * duration), low_j, high_j, max(limit_w, floor_w) * duration)
     mean_w = estimate_j / duration if duration > 0 else math.nan
+    if len(inside) < 2:
+        notes.append(f"region of {duration * 1000:.0f} ms spans fewer than 2 publications of the energy counter: "
+                     f"its ETS is interpolated through those around it and coarse (the truth lies in its bound)")
     return RegionEnergy(estimate_j, low_j, high_j, peak_w if math.isfinite(peak_w) else mean_w,
                         coarse=len(inside) < 2, notes=notes)
 
@@ -285,9 +288,9 @@ def sampled_energy(
     The estimate: each window whose whole span lies in the region ("clean") stands for the power
     around it, halfway to the next; the region's head and tail take the nearest clean window's
     power. With no clean window the windows overlapping the region, else the ones around it, are
-    used, and the figure is coarse. The bound: what the clean windows cover is known; every other
-    moment of the region is taken to draw between the least and the most of the readings within
-    two publications of it, widened by half their spread.
+    used, and the figure is coarse. The bound: see :func:`_sampled_bound` (it rests on the
+    assumption that the power between readings stays within the range the readings of the region
+    show, which holds for work that does not change faster than its readings do).
     """
     if not pubs:
         raise NotYet
@@ -308,7 +311,7 @@ def sampled_energy(
         coarse = True
         notes.append("no power reading was published inside the region: its ETS is interpolated and coarse")
     estimate_j = _piecewise_energy(used, t0, t1)
-    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w, 2 * period_s)
+    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w)
     notes.extend(_gap_notes([p.when for p in pubs], t0, t1, period_s))
     return RegionEnergy(min(max(estimate_j, low_j), high_j), low_j, high_j,
                         max(w[2] for w in used), coarse=coarse, notes=notes)
@@ -328,8 +331,12 @@ def _piecewise_energy(used: Sequence[tuple[float, float, float]], t0: float, t1:
 
 def _sampled_bound(
     windows: Sequence[tuple[float, float, float]], clean: Sequence[tuple[float, float, float]],
-    t0: float, t1: float, ceiling_w: float, reach_s: float,
+    t0: float, t1: float, ceiling_w: float,
 ) -> tuple[float, float]:
+    """What the clean windows cover is known; every other moment of the region is taken to draw
+    between the least and the most any reading overlapping the region saw, widened by half their
+    spread. A region no reading overlaps (shorter than the gaps between windows) was not seen at
+    all: its bound is 0 to the GPU's ceiling."""
     covered = sorted((max(s, t0), min(e, t1), w) for s, e, w in clean)
     low = high = sum(w * (e - s) for s, e, w in covered)
     cursor = t0
@@ -340,12 +347,15 @@ def _sampled_bound(
         cursor = max(cursor, end)
     if cursor < t1:
         gaps.append((cursor, t1))
-    resolution_w = POWER_RESOLUTION_MW / 1000.0
+    seen = [w for s, e, w in windows if e > t0 and s < t1]
+    if seen:
+        spread = max(seen) - min(seen)
+        resolution_w = POWER_RESOLUTION_MW / 1000.0
+        least = max(0.0, min(seen) - spread / 2 - resolution_w)
+        most = min(ceiling_w, max(seen) + spread / 2 + resolution_w)
+    else:
+        least, most = 0.0, ceiling_w
     for start, end in gaps:
-        near = [w for s, e, w in windows if e >= start - reach_s and s <= end + reach_s] or [w for _, _, w in windows]
-        spread = max(near) - min(near)
-        least = max(0.0, min(near) - spread / 2 - resolution_w)
-        most = min(ceiling_w, max(near) + spread / 2 + resolution_w)
         low += least * (end - start)
         high += max(most, least) * (end - start)
     return low, high

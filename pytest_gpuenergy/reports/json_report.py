@@ -45,7 +45,8 @@ def run_data(doc: RunDocument) -> dict[str, Any]:
             "case_id": entry.case_id, "test": entry.test, "workload": workload_key(entry.case_id, entry.cap),
             "cap": entry.cap, "gpu_index": entry.gpu_index, "gpu_name": entry.gpu_name, "simulated": entry.simulated,
             "method": entry.method, "limit_enforced_w": entry.limit_enforced_w, "default_limit_w": entry.default_limit_w,
-            "n": summary.n, "ets_j": summary.ets_j, "time_s": summary.time_s, "edp_js": summary.edp_js,
+            "n": summary.n, "ets_j": summary.ets_j, "ets_low_j": summary.ets_low_j, "ets_high_j": summary.ets_high_j,
+            "time_s": summary.time_s, "edp_js": summary.edp_js,
             "mean_power_w": summary.mean_power_w, "peak_power_w": summary.peak_power_w,
             "ets_std_j": summary.ets_std_j, "ets_cv": summary.ets_cv, "notes": list(entry.notes),
         })

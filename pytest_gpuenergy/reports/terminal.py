@@ -26,15 +26,18 @@ def results_table(cases: Iterable) -> list[str]:
         for gpu in result.per_gpu:
             summary = gpu.summary
             simulated = simulated or gpu.simulated
+            share = summary.ets_bound_share
             rows.append([
                 case.test_id, gpu.cap_label, f"{gpu.gpu_index}",
-                f"{summary.ets_j:.4g}", f"{summary.time_s:.4g}", f"{summary.edp_js:.4g}",
+                f"{summary.ets_j:.4g}", "-" if share is None else f"±{100 * share:.1f}%",
+                f"{summary.time_s:.4g}", f"{summary.edp_js:.4g}",
                 f"{summary.mean_power_w:.4g}", f"{summary.n}",
                 f"{summary.ets_cv * 100:.1f}%" if summary.n > 1 else "-",
                 gpu.method + (" (sim)" if gpu.simulated else ""),
             ])
-    header = ["test", "cap", "gpu", "ETS J", "T s", "EDP J s", "P W", "n", "cv", "method"]
-    lines = format_table(header, rows, right=range(3, 9))
+    header = ["test", "cap", "gpu", "ETS J", "bound", "T s", "EDP J s", "P W", "n", "cv", "method"]
+    lines = format_table(header, rows, right=range(3, 10))
+    lines.append("bound: how far the true ETS may lie from the figure (the meter's bound, widest side)")
     if simulated:
         lines.append("(sim): figures from the GPU simulator, not measured on a real GPU")
     return lines

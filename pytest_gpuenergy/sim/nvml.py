@@ -62,12 +62,16 @@ SEED_ENV = "GPUENERGY_SIM_SEED"
 #: here: set it to see the meter under real read costs. The wait releases the GIL, as ctypes does.
 COUNTER_READ_ENV = "GPUENERGY_SIM_COUNTER_READ_MS"
 
-_HISTORY_S = 2.5          # power history kept for windowed averages (the longest window is 1 s)
+_HISTORY_S = 15.0         # power history kept for windowed averages and the exact integral of recent regions
 _COMMIT_PERIOD_S = 1.0   # at the latest; file I/O costs the GIL (see state.py)
 # simSynchronize commits no more often than this: a commit is a locked rewrite of the state file
 # (about 1.5 ms), and other processes see a real GPU's counter as late as its 100 ms publication.
 # A process hands a GPU over (simUseDevices, shutdown, exit) with everything committed.
 _SYNC_COMMIT_PERIOD_S = 0.1
+# Another process's committed work shows on the counter this long after its commit: longer than a
+# state file is cached (GpuStateFile.RECHECK_S), so no reader sees it earlier for one tick than another.
+_VISIBLE_AFTER_S = 0.1
+_COMMITS_KEPT_S = 10.0
 _DRIVER_VERSION = "simulated"
 
 
@@ -79,12 +83,11 @@ class SimDeviceHandle:
 
 @dataclass(frozen=True)
 class _Segment:
-    """An interval [start, end] in which the device was busy from start to busy_end."""
+    """An interval [start, end] in which the device drew ``dynamic_w`` above idle."""
 
     start: float
-    busy_end: float
     end: float
-    dynamic_w: float          # busy power above idle, noise included
+    dynamic_w: float          # power above idle, noise and the busy share included
     dynamic_at_start_mj: float
 
 
@@ -130,7 +133,14 @@ class _SimDevice:
         return self._op_cache[key]
 
     def advance(self) -> GpuState:
-        """Account for the time and work since the last call; returns the current state."""
+        """Account for the time and work since the last call; returns the current state.
+
+        The CPU work since the last call arrived at some moments in between that the simulator
+        cannot see, so it is taken as spread evenly over the interval (a fluid model): the GPU
+        first works off what was still queued, then is busy for the new work's share of the rest
+        of the interval; what does not fit stays queued. Calls come often (every read of the
+        meter's recorder, every synchronisation), so the smearing is at most a publication period.
+        """
         state = self.state_file.read()
         now, cpu = self.owner.wall_clock(), self.owner.cpu_clock()
         elapsed = now - self.last_wall
@@ -138,12 +148,17 @@ class _SimDevice:
             return state
         work_s = min(max(cpu - self.last_cpu, 0.0), elapsed) if self.index in self.owner.active else 0.0
         point = self.operating_point(state.limit_mw)
-        if work_s > 0:
-            self.busy_until = max(self.busy_until, self.last_wall) + work_s * point.time_factor
-        busy_s = min(max(self.busy_until - self.last_wall, 0.0), elapsed)
-        dynamic_w = max(point.busy_power_w * self.noise_factor - self.spec.idle_w, 0.0)
-        self._append_segment(_Segment(self.last_wall, self.last_wall + busy_s, now, dynamic_w, self.own_dynamic_mj))
-        self.own_dynamic_mj += dynamic_w * busy_s * 1000.0
+        busy_w = max(point.busy_power_w * self.noise_factor - self.spec.idle_w, 0.0)
+        device_s = work_s * point.time_factor
+        queued_s = min(max(self.busy_until - self.last_wall, 0.0), elapsed)
+        rest_s = elapsed - queued_s
+        share = min(1.0, device_s / rest_s) if rest_s > 0 else 0.0
+        self._append_segment(self.last_wall, self.last_wall + queued_s, busy_w)
+        self._append_segment(self.last_wall + queued_s, now, busy_w * share)
+        if queued_s >= elapsed:
+            self.busy_until += device_s
+        else:
+            self.busy_until = now + max(device_s - rest_s, 0.0)
         while self.segments and self.segments[0].end < now - _HISTORY_S:
             self.segments.popleft()
         self.last_wall, self.last_cpu = now, cpu
@@ -151,23 +166,28 @@ class _SimDevice:
             state = self.commit()
         return state
 
-    def _append_segment(self, new: _Segment) -> None:
-        """Append, merging with the previous segment where the busy-then-idle shape allows it."""
-        if self.segments:
-            last = self.segments[-1]
-            last_fully_busy = last.busy_end >= last.end and last.dynamic_w == new.dynamic_w
-            both_idle = last.busy_end <= last.start and new.busy_end <= new.start
-            if last_fully_busy or both_idle:
-                self.segments[-1] = replace(last, busy_end=new.busy_end if last_fully_busy else last.busy_end, end=new.end)
-                return
-        self.segments.append(new)
+    def _append_segment(self, start: float, end: float, dynamic_w: float) -> None:
+        """Add [start, end] at ``dynamic_w``, merged into the previous segment at the same power."""
+        if end <= start:
+            return
+        if self.segments and self.segments[-1].dynamic_w == dynamic_w and self.segments[-1].end == start:
+            self.segments[-1] = replace(self.segments[-1], end=end)
+        else:
+            self.segments.append(_Segment(start, end, dynamic_w, self.own_dynamic_mj))
+        self.own_dynamic_mj += dynamic_w * (end - start) * 1000.0
 
     def commit(self) -> GpuState:
         pending = self.own_dynamic_mj - self.own_committed_mj
         self.last_commit = self.last_wall
         if pending <= 0:
             return self.state_file.read()
-        state = self.state_file.update(lambda s: replace(s, dynamic_mj=s.dynamic_mj + pending), durable=False)
+        now, pid = self.last_wall, os.getpid()
+
+        def add(state: GpuState) -> GpuState:
+            kept = tuple(c for c in state.recent_commits if c[0] >= now - _COMMITS_KEPT_S)
+            return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((now, pid, pending),))
+
+        state = self.state_file.update(add, durable=False)
         self.own_committed_mj += pending
         return state
 
@@ -178,13 +198,14 @@ class _SimDevice:
         if t <= segments[0].start:
             return segments[0].dynamic_at_start_mj
         seg = segments[bisect.bisect_right(segments, t, key=_segment_start) - 1]
-        busy_s = min(max(min(t, seg.busy_end) - seg.start, 0.0), seg.end - seg.start)
-        return seg.dynamic_at_start_mj + seg.dynamic_w * busy_s * 1000.0
+        return seg.dynamic_at_start_mj + seg.dynamic_w * (min(t, seg.end) - seg.start) * 1000.0
 
     def energy_mj_at(self, t: float, state: GpuState) -> float:
         """The exact energy integral since the counter started, at wall time ``t`` (recent past)."""
         idle_mj = self.spec.idle_w * (t - state.created_at) * 1000.0
-        others_mj = state.dynamic_mj - self.own_committed_mj
+        me = os.getpid()
+        not_yet_mj = sum(mj for when, pid, mj in state.recent_commits if pid != me and when > t - _VISIBLE_AFTER_S)
+        others_mj = state.dynamic_mj - self.own_committed_mj - not_yet_mj
         return idle_mj + others_mj + self._own_dynamic_at(t) - state.counter_offset_mj
 
     @staticmethod
@@ -198,7 +219,7 @@ class _SimDevice:
         return int(round(energy_mj / window_s))
 
     def is_busy(self) -> bool:
-        return self.busy_until > self.last_wall
+        return self.busy_until > self.last_wall or bool(self.segments and self.segments[-1].dynamic_w > 0)
 
     def process_marker(self, pid: int) -> Path:
         """A file whose presence says that ``pid`` runs work on this GPU."""

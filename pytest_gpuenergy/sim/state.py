@@ -53,6 +53,10 @@ class GpuState:
     created_at: float          # epoch seconds the energy counter started from 0
     dynamic_mj: float          # energy above idle, committed by all processes so far
     counter_offset_mj: float = 0.0   # subtracted from the counter (a simulated reset)
+    # The commits of the last seconds, (wall time, pid, mJ): another process's work shows on the
+    # counter from the moment it was committed on, never earlier, so every reader sees the same
+    # value for the same tick whenever it reads it.
+    recent_commits: tuple[tuple[float, int, float], ...] = ()
 
 
 def load_machine(state_dir: Path, requested: tuple[str, ...] | None = None) -> tuple[GpuSpec, ...]:
@@ -141,7 +145,8 @@ class GpuStateFile:
             state = GpuState(**data)
             if state.uuid != self.uuid:
                 raise ValueError(f"it describes {state.uuid}")
-            return replace(state, limit_mw=int(state.limit_mw))
+            commits = tuple((float(when), int(pid), float(mj)) for when, pid, mj in state.recent_commits)
+            return replace(state, limit_mw=int(state.limit_mw), recent_commits=commits)
         except (ValueError, TypeError) as exc:
             raise SimStateError(
                 f"simulated GPU state {self.path} is corrupt ({exc}); delete it and the simulated "
