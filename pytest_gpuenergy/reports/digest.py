@@ -167,10 +167,8 @@ def digest(comparison: Comparison, skipped: Sequence[Skipped] = ()) -> Digest:
     def name(case: CaseComparison) -> str:
         return names[workload_key(case.case_id, case.cap)]
 
-    lead = [_row(c, name(c)) for c in comparison.cases if c.verdict in _LEAD_RANK]
-    lead.sort(key=lambda r: (_LEAD_RANK[r.case.verdict], -r.size, r.name, cap_sort_key(r.case.cap, _limit(r.case))))
-    unsure = [_row(c, name(c)) for c in comparison.cases if c.verdict == INCONCLUSIVE]
-    unsure.sort(key=lambda r: (-r.size, r.name, cap_sort_key(r.case.cap, _limit(r.case))))
+    lead = _by_size([_row(c, name(c)) for c in comparison.cases if c.verdict in _LEAD_RANK])
+    unsure = _by_size([_row(c, name(c)) for c in comparison.cases if c.verdict == INCONCLUSIVE])
     ordered = sorted(comparison.cases, key=lambda c: (name(c), cap_sort_key(c.cap, _limit(c))))
     return Digest(
         comparison, tuple(lead), tuple(unsure),
@@ -178,6 +176,17 @@ def digest(comparison: Comparison, skipped: Sequence[Skipped] = ()) -> Digest:
         tuple(c for c in ordered if c.status == NEW), tuple(c for c in ordered if c.status == MISSING),
         tuple(skipped), names,
     )
+
+
+def _by_size(rows: list[Row]) -> list[Row]:
+    """Regressions, then improvements, then other changes; within each the workloads by their largest
+    change, and a workload's caps together in value order (40 % before 100 %)."""
+    largest: dict[tuple[str, str], float] = {}
+    for row in rows:
+        key = (row.case.verdict, row.name)
+        largest[key] = max(largest.get(key, 0.0), row.size)
+    return sorted(rows, key=lambda r: (_LEAD_RANK.get(r.case.verdict, 9), -largest[(r.case.verdict, r.name)], r.name,
+                                       cap_sort_key(r.case.cap, _limit(r.case))))
 
 
 def short_names_for_skipped(skipped: Sequence[Skipped], known: dict[str, str]) -> dict[str, str]:

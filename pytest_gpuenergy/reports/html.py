@@ -55,7 +55,9 @@ svg.plot *,svg.legend-plot *{stroke-linejoin:round;stroke-linecap:butt}
  body{padding:10px}
  table.changes thead{display:none}table.changes,table.changes tbody,table.changes tr{display:block;width:100%}
  table.changes tr{border:1px solid #d0d0d0;margin:0 0 8px;padding:4px}
- table.changes td{display:inline-block;border:0;padding:1px 6px 1px 0}
+ table.changes td{display:inline-block;border:0;padding:1px 6px 1px 0;background:none!important}
+ table.changes tr.regression{background:#fde2e1}table.changes tr.improvement{background:#e3f6e5}
+ table.changes tr.inconclusive{background:#fff8e1}
  table.changes td[data-label]::before{content:attr(data-label) ": ";color:#4a4a4a;font-weight:400}
 }
 """

@@ -147,7 +147,9 @@ def heatmap_svg(rows: Sequence[tuple[str, Sequence[SweepPoint]]], caps: Sequence
     with rc_context():
         fig = new_figure(min(8.0, 2.2 + 0.72 * len(caps)), 0.9 + 0.26 * len(rows))
         ax = fig.add_subplot()
-        image = ax.imshow(values, cmap="PuOr_r", vmin=-span, vmax=span, aspect="auto")
+        image = ax.pcolormesh(np.arange(len(caps) + 1) - 0.5, np.arange(len(rows) + 1) - 0.5, values, cmap="PuOr_r",
+                              vmin=-span, vmax=span, edgecolors="#ffffff", linewidth=0.5)   # vector cells, no bitmap
+        ax.invert_yaxis()
         _annotate_cells(ax, values, span)
         _outline(ax, rows, caps, outlined, hatched)
         ax.set_xticks(range(len(caps)), labels=list(caps))
@@ -156,6 +158,7 @@ def heatmap_svg(rows: Sequence[tuple[str, Sequence[SweepPoint]]], caps: Sequence
         ax.xaxis.set_ticks_position("top")
         colourbar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
         colourbar.set_label("ETS against the default limit (%)")
+        colourbar.solids.set_rasterized(False)
     label = (f"{title}: heatmap of ETS at {len(caps)} caps against the default limit for {len(rows)} workloads; "
              f"{len(outlined)} regressed cases outlined")
     return figure_svg(fig, label, css_class="plot heatmap")
@@ -163,7 +166,7 @@ def heatmap_svg(rows: Sequence[tuple[str, Sequence[SweepPoint]]], caps: Sequence
 
 def _annotate_cells(ax, values, span: float) -> None:
     for (r, c), value in _cells(values):
-        text = "–" if not math.isfinite(value) else f"{value:+.0f}"
+        text = "–" if not math.isfinite(value) else "0" if round(value) == 0 else f"{value:+.0f}"
         dark = math.isfinite(value) and abs(value) > 0.55 * span
         ax.text(c, r, text, ha="center", va="center", fontsize=7.5, color="#ffffff" if dark else "#1d1d1f")
 

@@ -65,7 +65,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
     while excess() > 0 and any(columns[i].drop for i in keep):
         keep.remove(max((i for i in keep if columns[i].drop), key=lambda i: columns[i].drop))
         for i in keep:
-            if columns[i].elide:
+            if columns[i].elide and excess() < 0:     # give the names back what the dropped column freed
                 size[i] = min(natural[i], size[i] - excess())
     fit_names(_MIN_NAME)
 
