@@ -470,7 +470,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         lines = session_lines([(case_id, record.merged) for case_id, record in sorted(session.cases.items())], width)
         for cap, reason, tests in skipped_groups(skipped):
             lines += wrap(f"skipped: cap {cap} for {len(tests)} test{'s' if len(tests) != 1 else ''}: {reason}", width)
-    for line in lines + (outcome.lines if outcome is not None else []):
+    for text in outcome.lines if outcome is not None else []:
+        lines += wrap(text, width)
+    for line in lines:
         alarm = line.startswith("ENERGY REGRESSION")
         terminalreporter.write_line(line, red=alarm, bold=alarm)
     for error in outcome.errors if outcome is not None else []:

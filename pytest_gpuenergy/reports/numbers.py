@@ -110,7 +110,9 @@ def name_levels(test_id: str) -> list[str]:
         return [test_id]
     levels = []
     if inner.endswith("]") and "[" in inner:
-        levels.append(inner[inner.index("[") + 1:-1] + region)
+        params = inner[inner.index("[") + 1:-1]
+        if any(ch.isalpha() for ch in params):      # ``alexnet-train`` names a workload; ``0`` or ``1-2`` does not
+            levels.append(params + region)
     tail = inner.rsplit("::", 1)[-1]
     levels.append(tail + region)
     levels.append(inner + region)

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from ..compare import Comparison
 from ..storage import CaseEntry, RunDocument
 from .digest import (
-    CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
+    CHANGE_COLUMNS, SIM_FOOTNOTE, SIM_MARK, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
     title_text,
 )
 from .numbers import cap_sort_key, elide, short_names, si
@@ -177,11 +177,18 @@ def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> lis
             lines = [f"ETS per call at each cap ({len(entries)} cases):"] + matrix
     if not lines:
         lines = _long_table(entries, names, width)
+    lines += wrap("method: " + ", ".join(sorted({_method(e) for e in entries})), width)
     if any(n != w for w, n in names.items()):
         lines += wrap("test: the workload's parameters; full ids in the JSON, Markdown and HTML reports", width)
     if simulated:
         lines += wrap(SIM_FOOTNOTE, width)
     return lines
+
+
+def _method(entry: CaseEntry) -> str:
+    """``counter (sim)``, ``sampling (sim) from usage``: how the figures were measured."""
+    text = entry.method + (SIM_MARK if entry.simulated else "")
+    return text + (f" from {entry.power_source}" if entry.power_source else "")
 
 
 def _matrix(entries: Sequence[CaseEntry], caps: Sequence[str], names: dict[str, str]) -> list[str]:
