@@ -179,3 +179,18 @@ def test_gpuenergy_compare_and_runs_on_saved_documents(pytester, sim_state, monk
     compared = run_cli("compare", old.run_id, new.run_id, "--fail", "ets:5%", "--html", "c.html", check=False)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "noise" in compared.stdout and (pytester.path / "c.html").exists()
+
+
+def test_a_gated_run_fits_80_columns_prints_one_table_and_says_skipped_caps_once(pytester, sim_state, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    pytester.makepyfile(test_suite=suite(0.01))
+    pytester.runpytest("--gpu-caps=20%,100%", "--energy-save").assert_outcomes(passed=2, skipped=2)
+    result = pytester.runpytest("--gpu-caps=20%,100%", "--energy-compare", "--energy-fail=ets:5%")
+    result.assert_outcomes(passed=2, skipped=2)
+    section = result.stdout.str().split("gpu energy")[-1]
+    assert max(len(line) for line in section.splitlines()) <= 80
+    assert "ETS per call" not in section                      # the comparison only, no results table beside it
+    assert section.count("outside the allowed range") == 1 and "skipped: cap 20% for 2 tests" in section
+    assert ", 2 skipped" in " ".join(section.split())
+    (saved,) = saved_runs(pytester)
+    assert oct(saved.path.stat().st_mode & 0o777) == "0o644"   # the user's umask, not mkstemp's 0600
