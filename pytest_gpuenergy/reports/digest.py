@@ -247,7 +247,8 @@ def grouped_notes(comparison: Comparison, names: dict[str, str] | None = None) -
 def regression_details(comparison: Comparison) -> list[str]:
     """One line per regressed case: its full id (to rerun it) and each regressed metric's change."""
     lines = []
-    for case in comparison.regressions:
+    ordered = sorted(comparison.regressions, key=lambda c: (workload_key(c.case_id, c.cap), cap_sort_key(c.cap, _limit(c))))
+    for case in ordered:
         changes = ", ".join(f"{m.label} {pct_text(m.change_pct or 0.0)} {interval_cell(m)}" for m in case.regressed_metrics)
         lines.append(f"ENERGY REGRESSION {case.case_id} on GPU {case.gpu_index}: {changes}")
     return lines
