@@ -4,19 +4,17 @@ The decision rule (the CI gate)
 -------------------------------
 For each case and metric (ETS, T, EDP) the repetitions of the baseline and of the new run are
 two samples. The **change** is the ratio of their means, new / old - 1, in per cent (the means
-are the figures the result tables show). A case **regresses** on a metric when
-
-1. the change is larger than the metric's threshold (``--energy-fail=ets:5%``), and
-2. the increase is real: the one-sided lower confidence bound of the ratio is above 1 (0 %),
-   at the stated confidence (default 99 %).
-
-An **improvement** is the mirror image (a decrease beyond the threshold whose upper bound is
-below 0 %). Anything else is **noise**. And whatever the statistics say, a change of ETS or EDP
-that the meter's own bounds can explain (the bound of the old mean and that of the new one
-overlap: short regions are coarse) is never a regression nor an improvement. A metric without a threshold is reported with its change
-and interval but never gates: it reads ``increase``/``decrease`` when the change is real, else
-``noise``; it only labels the whole case (``changed``) when no metric is gated at all. With fewer than 2 repetitions on either side there is no spread to test against, so
-the threshold alone decides, and the result says so.
+are the figures the result tables show), with one-sided confidence bounds (below). From these
+``verdicts.classify`` decides: a **regression** is a change above the metric's threshold
+(``--energy-fail=ets:5%``) whose increase is real (lower bound above 0 %); an **improvement**
+the mirror image; **unchanged** when the whole interval lies within the threshold; otherwise
+**inconclusive**: the data cannot tell (see ``verdicts.py``, with the hint that would tell). A
+metric without a threshold is reported (``increase``/``decrease``/``unchanged``) but never
+gates; it only labels the whole case (``changed``) when no metric is gated at all. With fewer
+than 2 repetitions on either side there is no spread to test against, so the threshold alone
+decides, and the result says so. Whatever the statistics say, a change of ETS or EDP that the
+meter's own bounds can explain (the bound of the old mean and that of the new one overlap: short
+regions are coarse) is never a regression nor an improvement: it is inconclusive.
 
 The statistical test: Welch's t on the log of the ratio of means
 ----------------------------------------------------------------
@@ -65,12 +63,16 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from .storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
+from .student_t import student_t_ppf
+from .verdicts import (
+    CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, UNDEFINED, Evidence, classify,
+    confidence_text, inconclusive_hint, interval_text, pct_text,
+)
 
 METRICS = ("ets", "time", "edp")
 METRIC_FIELDS = {"ets": "ets_j", "time": "time_s", "edp": "edp_js"}
@@ -78,16 +80,8 @@ METRIC_LABELS = {"ets": "ETS", "time": "T", "edp": "EDP"}
 METRIC_UNITS = {"ets": "J", "time": "s", "edp": "J s"}
 DEFAULT_CONFIDENCE = 0.99
 
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-NOISE = "noise"
-INCREASE = "increase"        # real, but the metric has no threshold: reported, not gated
-DECREASE = "decrease"
-UNDEFINED = "n/a"            # no ratio: a mean is zero or missing
-CHANGED = "changed"          # a case whose only real changes are in ungated metrics
-# An ungated metric is reported as changed only from this size on: a run-to-run drift of a few
-# tenths of a per cent (machine load, clocks) can be statistically real and still mean nothing.
-UNGATED_MIN_CHANGE_PCT = 2.0
+#: Every verdict a case or metric can have (``verdicts.py`` says what each means).
+VERDICTS = (REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNCHANGED, CHANGED, INCREASE, DECREASE, UNDEFINED)
 
 COMPARED = "compared"
 NEW = "new"
@@ -165,6 +159,7 @@ class MetricChange:
     old_n: int = 0
     new_n: int = 0
     method: str = WELCH
+    hint: str = ""                 # for an inconclusive verdict: what would tell
 
     @property
     def label(self) -> str:
@@ -218,7 +213,7 @@ class CaseComparison:
     gpu_name: str
     status: str                    # "compared", "new" or "missing"
     metrics: tuple[MetricChange, ...]
-    verdict: str                   # regression, improvement, changed, noise, new, missing
+    verdict: str                   # regression, improvement, inconclusive, unchanged, changed, new, missing
     old: CaseEntry | None = None
     new: CaseEntry | None = None
     notes: tuple[str, ...] = ()
@@ -343,33 +338,20 @@ def decide(
             reason=f"no ratio: the mean is {old_mean:.4g} in the baseline and {new_mean:.4g} now; both must be above 0",
         )
     change = 100.0 * (new_mean / old_mean - 1.0)
+    explained = bounds is not None and _overlap(*bounds)
     if min(len(old), len(new)) < 2:
-        return _within_bounds(_threshold_only(base, change), bounds)
-    low, high = _log_ratio_bounds(old, new, old_mean, new_mean, confidence, session)
-    verdict, why = _verdict(change, low, high, threshold_pct, confidence)
-    if bounds is not None and verdict != NOISE and _overlap(*bounds):
-        verdict, why = NOISE, f"{why}, but within the meter's bounds ({_bounds_text(bounds, metric)})"
+        return _threshold_only(base, change, explained)
+    spread = _log_ratio_spread(old, new, old_mean, new_mean, confidence, session)
+    verdict, why = classify(Evidence(change, spread.low_pct, spread.high_pct, confidence, explained), threshold_pct)
+    if explained and bounds is not None:
+        why += f" ({_bounds_text(bounds, metric)})"
     noise = "" if session is None else f", session noise {100 * session.cv:.1f} % from {session.runs} runs"
-    text = (f"{_pct(change)} [{_pct(low)}, {_pct(high)}] (bounds one-sided at {_conf(confidence)}, "
-            f"n={len(old)}/{len(new)}{noise}): {why}")
-    return MetricChange(**base, change_pct=change, ci_low_pct=low, ci_high_pct=high, verdict=verdict, reason=text)
-
-
-def _threshold_only(base: dict[str, Any], change: float) -> MetricChange:
-    threshold = base["threshold_pct"]
-    n_text = f"n={base['old_n']}/{base['new_n']}"
-    note = (f"threshold only: {n_text} repetitions, a statistical test needs at least 2 on each side "
-            f"(measure more: --energy-repeat or energy_meter.measure(repeat=))")
-    if threshold is None:
-        verdict, why = NOISE, "no threshold, reported only"
-    elif change > threshold:
-        verdict, why = REGRESSION, f"above the {threshold:g} % threshold"
-    elif change < -threshold:
-        verdict, why = IMPROVEMENT, f"below -{threshold:g} %"
-    else:
-        verdict, why = NOISE, f"within the {threshold:g} % threshold"
-    return MetricChange(**base, change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=verdict,
-                        method=THRESHOLD_ONLY, reason=f"{_pct(change)}: {why}; {note}")
+    text = (f"{pct_text(change)} {interval_text(spread.low_pct, spread.high_pct)} (bounds one-sided at "
+            f"{confidence_text(confidence)}, n={len(old)}/{len(new)}{noise}): {why}")
+    hint = "" if verdict != INCONCLUSIVE else inconclusive_hint(
+        len(old), len(new), session.runs if session is not None else 1, spread.session_dominates)
+    return MetricChange(**base, change_pct=change, ci_low_pct=spread.low_pct, ci_high_pct=spread.high_pct,
+                        verdict=verdict, reason=text, hint=hint)
 
 
 def _overlap(old: tuple[float, float], new: tuple[float, float]) -> bool:
@@ -379,157 +361,63 @@ def _overlap(old: tuple[float, float], new: tuple[float, float]) -> bool:
 def _bounds_text(bounds: tuple[tuple[float, float], tuple[float, float]], metric: str) -> str:
     (old_low, old_high), (new_low, new_high) = bounds
     unit = METRIC_UNITS[metric]
-    return f"baseline {old_low:.4g}-{old_high:.4g} {unit}, now {new_low:.4g}-{new_high:.4g} {unit}"
-
-
-def _within_bounds(change: MetricChange, bounds: tuple[tuple[float, float], tuple[float, float]] | None) -> MetricChange:
-    """A threshold-only verdict that the meter's bounds can explain becomes noise."""
-    if bounds is None or change.verdict == NOISE or not _overlap(*bounds):
-        return change
-    return replace(change, verdict=NOISE,
-                   reason=f"{change.reason}; within the meter's bounds ({_bounds_text(bounds, change.metric)})")
+    return f"the meter's bounds: baseline {old_low:.4g}-{old_high:.4g} {unit}, now {new_low:.4g}-{new_high:.4g} {unit}"
 
 
 def metric_bounds(entry: CaseEntry, metric: str) -> tuple[float, float] | None:
     """The meter's bound on a case's mean ETS or EDP (None for T, which is timed exactly, or where
     the document predates bounds)."""
     reps = entry.repetitions
-    if metric == "time" or any(r.ets_low_j is None or r.ets_high_j is None for r in reps):
+    lows = [r.ets_low_j for r in reps]
+    highs = [r.ets_high_j for r in reps]
+    if metric == "time" or None in lows or None in highs:
         return None
-    scale = (lambda r: 1.0) if metric == "ets" else (lambda r: r.time_s)
-    return (statistics.fmean(r.ets_low_j * scale(r) for r in reps),    # type: ignore[operator]
-            statistics.fmean(r.ets_high_j * scale(r) for r in reps))   # type: ignore[operator]
+    scales = [1.0 if metric == "ets" else r.time_s for r in reps]
+    return (statistics.fmean(low * k for low, k in zip(lows, scales) if low is not None),
+            statistics.fmean(high * k for high, k in zip(highs, scales) if high is not None))
 
 
-def _verdict(change: float, low: float, high: float, threshold: float | None, confidence: float) -> tuple[str, str]:
-    conf = _conf(confidence)
-    real_up, real_down = low > 0, high < 0
-    if threshold is None:
-        if abs(change) < UNGATED_MIN_CHANGE_PCT:
-            return NOISE, f"under {UNGATED_MIN_CHANGE_PCT:g} % (not gated: no threshold for this metric)"
-        if real_up:
-            return INCREASE, f"a real increase at {conf} (not gated: no threshold for this metric)"
-        if real_down:
-            return DECREASE, f"a real decrease at {conf} (not gated: no threshold for this metric)"
-        return NOISE, f"within the noise at {conf} (not gated: no threshold for this metric)"
-    if change > threshold:
-        if real_up:
-            return REGRESSION, f"above the {threshold:g} % threshold and a real increase at {conf}"
-        return NOISE, f"above the {threshold:g} % threshold but not distinguishable from noise at {conf}"
-    if change < -threshold:
-        if real_down:
-            return IMPROVEMENT, f"below -{threshold:g} % and a real decrease at {conf}"
-        return NOISE, f"below -{threshold:g} % but not distinguishable from noise at {conf}"
-    return NOISE, f"within the {threshold:g} % threshold"
+def _both_bounds(old: CaseEntry, new: CaseEntry, metric: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    old_bounds, new_bounds = metric_bounds(old, metric), metric_bounds(new, metric)
+    return (old_bounds, new_bounds) if old_bounds is not None and new_bounds is not None else None
 
 
-def _log_ratio_bounds(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
-                      confidence: float, session: SessionNoise | None = None) -> tuple[float, float]:
+def _threshold_only(base: dict[str, Any], change: float, explained: bool = False) -> MetricChange:
+    n_text = f"n={base['old_n']}/{base['new_n']}"
+    note = (f"threshold only: {n_text} repetitions, a statistical test needs at least 2 on each side "
+            f"(measure more: --energy-repeat or energy_meter.measure(repeat=))")
+    verdict, why = classify(Evidence(change, None, None, base["confidence"], explained), base["threshold_pct"])
+    return MetricChange(**base, change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=verdict,
+                        method=THRESHOLD_ONLY, reason=f"{pct_text(change)}: {why}; {note}")
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """The bounds of new/old - 1 in per cent, and which noise makes them wide."""
+
+    low_pct: float
+    high_pct: float
+    session_dominates: bool      # the noise between sessions outweighs the repetitions' own
+
+
+def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
+                      confidence: float, session: SessionNoise | None = None) -> _Spread:
     """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method, session noise)."""
     var_old = (statistics.stdev(old) / old_mean) ** 2 / len(old)
     var_new = (statistics.stdev(new) / new_mean) ** 2 / len(new)
     var_sessions = 2.0 * session.variance if session is not None else 0.0
     log_ratio = math.log(new_mean / old_mean)
     se = math.sqrt(var_old + var_new + var_sessions)
+    dominates = var_sessions > var_old + var_new
     if se == 0.0:   # no spread at all (a deterministic simulation): the bounds are the point
-        return 100.0 * math.expm1(log_ratio), 100.0 * math.expm1(log_ratio)
+        point = 100.0 * math.expm1(log_ratio)
+        return _Spread(point, point, dominates)
     df = (var_old + var_new + var_sessions) ** 2 / (
         var_old ** 2 / (len(old) - 1) + var_new ** 2 / (len(new) - 1)
         + (var_sessions ** 2 / (session.runs - 1) if session is not None else 0.0)
     )
     half = student_t_ppf(confidence, df) * se
-    return 100.0 * math.expm1(log_ratio - half), 100.0 * math.expm1(log_ratio + half)
-
-
-def _pct(value: float) -> str:
-    return f"{value:+.1f} %"
-
-
-def _conf(confidence: float) -> str:
-    return f"{100 * confidence:g} % confidence"
-
-
-# -- Student's t, without SciPy ---------------------------------------------------------------------
-
-def student_t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` (real, > 0) degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {df}")
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-@lru_cache(maxsize=1024)
-def student_t_ppf(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (0.5 < p < 1): Newton's method kept inside a bracket."""
-    if not 0.5 <= p < 1:
-        raise ValueError(f"student_t_ppf needs 0.5 <= p < 1, got {p}")
-    if p == 0.5:
-        return 0.0
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    t = min(max(statistics.NormalDist().inv_cdf(p), low), high)
-    for _ in range(200):
-        error = student_t_cdf(t, df) - p
-        if error > 0:
-            high = t
-        else:
-            low = t
-        step = error / _student_t_pdf(t, df)
-        candidate = t - step
-        if not low < candidate < high:
-            candidate = 0.5 * (low + high)
-        if abs(candidate - t) <= 1e-13 * max(1.0, abs(t)):
-            return candidate
-        t = candidate
-    return t
-
-
-def _student_t_pdf(t: float, df: float) -> float:
-    log_pdf = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-               - (df + 1) / 2 * math.log1p(t * t / df))
-    return math.exp(log_pdf)
-
-
-def _betainc(a: float, b: float, x: float, y: float) -> float:
-    """The regularised incomplete beta function I_x(a, b), by its continued fraction (DLMF 8.17.22).
-
-    ``y`` is 1 - x, passed in so that it keeps its precision when x is close to 1.
-    """
-    if x <= 0.0:
-        return 0.0
-    if y <= 0.0:
-        return 1.0
-    if x > (a + 1.0) / (a + b + 2.0):   # the fraction converges fast only below this point
-        return 1.0 - _betainc(b, a, y, x)
-    log_front = a * math.log(x) + b * math.log(y) - math.log(a) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-    return math.exp(log_front) * _beta_fraction(a, b, x)
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """1 / (1 + d1 / (1 + d2 / (1 + ...))) by the modified Lentz method."""
-    tiny = 1e-300
-    value, c, d = tiny, tiny, 0.0
-    for i in range(1, 1000):
-        if i == 1:
-            numerator = 1.0
-        else:
-            m = i - 1                      # the coefficient d_m
-            k = m // 2
-            if m % 2:
-                numerator = -(a + k) * (a + b + k) * x / ((a + 2 * k) * (a + 2 * k + 1))
-            else:
-                numerator = k * (b - k) * x / ((a + 2 * k - 1) * (a + 2 * k))
-        d = 1.0 + numerator * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + numerator / c
-        c = c if abs(c) > tiny else tiny
-        delta = c * d
-        value *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return value
+    return _Spread(100.0 * math.expm1(log_ratio - half), 100.0 * math.expm1(log_ratio + half), dominates)
 
 
 # -- comparing two documents -------------------------------------------------------------------------
@@ -672,25 +560,21 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
                           _case_verdict(metrics), old, new, tuple(_case_notes(old, new)))
 
 
-def _both_bounds(old: CaseEntry, new: CaseEntry, metric: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    old_bounds, new_bounds = metric_bounds(old, metric), metric_bounds(new, metric)
-    return (old_bounds, new_bounds) if old_bounds is not None and new_bounds is not None else None
-
-
 def _case_verdict(metrics: Sequence[MetricChange]) -> str:
-    """Regression or improvement from the gated metrics; ``changed`` only when nothing is gated.
+    """The case's verdict from its gated metrics: regression, improvement, inconclusive, unchanged.
 
     A user who gates on ETS asks whether ETS moved: an ungated T or EDP that drifted between
     sessions (the machine's load changes wall time) keeps its change and interval in its own
-    column but does not relabel the case. Without any threshold every real change is news.
+    column but does not relabel the case. Without any threshold every real change is news
+    (``changed``), and a metric that cannot tell makes the case inconclusive.
     """
-    verdicts = {m.verdict for m in metrics}
-    for verdict in (REGRESSION, IMPROVEMENT):
+    gated = [m for m in metrics if m.gated]
+    verdicts = {m.verdict for m in (gated or metrics)}
+    order = (REGRESSION, IMPROVEMENT, INCONCLUSIVE) if gated else (INCREASE, DECREASE, INCONCLUSIVE)
+    for verdict in order:
         if verdict in verdicts:
-            return verdict
-    if any(m.gated for m in metrics):
-        return NOISE
-    return CHANGED if verdicts & {INCREASE, DECREASE} else NOISE
+            return CHANGED if verdict in (INCREASE, DECREASE) else verdict
+    return UNCHANGED
 
 
 def _case_notes(old: CaseEntry, new: CaseEntry) -> list[str]:

@@ -16,11 +16,11 @@ from typing import Any, Callable, TextIO
 
 from .compare import DEFAULT_CONFIDENCE, compare_documents, parse_thresholds
 from .fileio import atomic_write_text
-from .reports.comparison_table import comparison_lines
+from .reports.digest import skipped_caps
 from .reports.html import html_report
 from .reports.json_report import json_report
 from .reports.markdown import markdown_report
-from .reports.terminal import format_table
+from .reports.terminal import Column, comparison_lines, fit_table, terminal_width
 from .storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, StorageError, commit_text
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -90,7 +90,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (StorageError, ValueError) as exc:
         return _error("compare", exc)
     if "-" not in (args.markdown, args.json, args.html):   # a report on stdout is the whole output
-        for line in comparison_lines(comparison):
+        for line in comparison_lines(comparison, terminal_width(), skipped_caps(new)):
             print(line, file=out)
     for target, text in texts:
         status = _write(target, text, out)
@@ -138,8 +138,10 @@ def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
          d.gpu_model, str(len(d.cases)), commit_text(d.commit)]
         for d in docs
     ]
+    columns = (Column("run id"), Column("date (UTC)", drop=2), Column("backend", drop=4),
+               Column("GPU model", elide=True), Column("cases", right=True, drop=3), Column("commit", drop=1))
     if rows:
-        for line in format_table(["run id", "date (UTC)", "backend", "GPU model", "cases", "commit"], rows, right=(4,)):
+        for line in fit_table(columns, rows, terminal_width()):
             print(line, file=out)
     for problem in problems:
         print(f"gpuenergy runs: error: {problem}", file=sys.stderr)

@@ -30,6 +30,7 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True, durable:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600; the file gets what open() would give it
         with os.fdopen(fd, "w", encoding="utf-8") as tmp:
             tmp.write(text)
             tmp.flush()
@@ -46,6 +47,18 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True, durable:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (os.umask can only swap)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_json(path: Path, data: Any, *, overwrite: bool = True, durable: bool = True) -> None:

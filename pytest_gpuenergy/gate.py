@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 from .compare import DEFAULT_CONFIDENCE, Comparison, baseline_comparison
 from .fileio import atomic_write_text
-from .reports.comparison_table import comparison_lines
 from .reports.html import html_report
 from .reports.json_report import json_report
 from .reports.markdown import markdown_report
@@ -45,7 +44,7 @@ class GateOptions:
 class GateOutcome:
     documents: list[RunDocument] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)     # for the terminal, after the results table
+    lines: list[str] = field(default_factory=list)     # for the terminal, after the comparisons
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -92,8 +91,7 @@ class EnergyGate:
             comparison = baseline_comparison(
                 self.store, doc, self.options.compare, self.options.thresholds, self.options.confidence
             )
-            outcome.comparisons.append(comparison)
-            outcome.lines.extend(comparison_lines(comparison))
+            outcome.comparisons.append(comparison)   # the terminal shows it at its own width
 
     def _save(self, outcome: GateOutcome) -> None:
         if not self.options.save:

@@ -20,7 +20,8 @@ from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
 from .gate import EnergyGate, GateOptions, GateOutcome, step_summary_path
 from .locks import DEFAULT_TIMEOUT_S
 from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
-from .reports.terminal import results_table
+from .reports.digest import Skipped, skipped_groups
+from .reports.terminal import session_lines, tables_for, wrap
 from .session import EnergySession, SessionOptions
 from .storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
 
@@ -30,6 +31,8 @@ _SETTINGS_KEY = pytest.StashKey[dict]()
 _SIGNALS_KEY = pytest.StashKey[dict]()
 _GATE_KEY = pytest.StashKey[EnergyGate]()
 _OUTCOME_KEY = pytest.StashKey[GateOutcome]()
+_SKIPPED_KEY = pytest.StashKey[list]()
+_SKIPPED_CAP = "energy.skipped_cap"      # user property on a case skipped for its cap (reaches xdist's controller)
 _WORKER_OUTPUT = "gpuenergy_cases"
 
 _MARKERS = (
@@ -186,6 +189,7 @@ def pytest_configure(config: pytest.Config) -> None:
             except GpuEnergyError as exc:
                 raise pytest.UsageError(f"--energy-compare: {exc}") from None
         config.stash[_GATE_KEY] = gate
+        config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
     _interrupt_on_termination(config)
 
 
@@ -322,6 +326,7 @@ def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
         cap = capper.apply(spec) if spec is not None else capper.current()
     except CapOutOfRange as exc:
         session.release(capper)
+        request.node.user_properties.append((_SKIPPED_CAP, spec.label if spec is not None else "current"))
         pytest.skip(str(exc))
     except CapPermissionError as exc:
         session.release(capper)
@@ -412,6 +417,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+class _SkippedCaps:
+    """Remembers the cases skipped for their cap, on the controller (xdist workers' reports arrive there)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not report.skipped:
+            return
+        cap = next((value for key, value in report.user_properties if key == _SKIPPED_CAP), None)
+        if cap is None:
+            return
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        self.config.stash.setdefault(_SKIPPED_KEY, []).append(Skipped(report.nodeid, str(cap), str(reason)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist: a worker finished; its measured cases join the controller's."""
@@ -429,21 +451,30 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
         "energy_repeat": options.repeat,
         "energy_min_time": options.min_time_s,
         "args": [str(a) for a in config.invocation_params.args],
+        "skipped": [vars(item) for item in config.stash.get(_SKIPPED_KEY, [])],
     }
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The comparison when there is one (it holds the results), else the results; both fit the width."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None or not session.cases:
         return
     terminalreporter.section("gpu energy")
-    for line in results_table(session.cases.values()):
-        terminalreporter.write_line(line)
+    width = config.get_terminal_writer().fullwidth
     outcome = config.stash.get(_OUTCOME_KEY, None)
-    if outcome is None:
-        return
-    for line in outcome.lines:
+    skipped = config.stash.get(_SKIPPED_KEY, [])
+    if outcome is not None and outcome.comparisons:
+        lines = tables_for(outcome.comparisons, width, skipped)
+    else:
+        lines = session_lines([(case_id, record.merged) for case_id, record in sorted(session.cases.items())], width)
+        for cap, reason, tests in skipped_groups(skipped):
+            lines += wrap(f"skipped: cap {cap} for {len(tests)} test{'s' if len(tests) != 1 else ''}: {reason}", width)
+    for text in outcome.lines if outcome is not None else []:
+        lines += wrap(text, width)
+    for line in lines:
         alarm = line.startswith("ENERGY REGRESSION")
         terminalreporter.write_line(line, red=alarm, bold=alarm)
-    for error in outcome.errors:
-        terminalreporter.write_line(f"gpuenergy: error: {error}", red=True, bold=True)
+    for error in outcome.errors if outcome is not None else []:
+        for line in wrap(f"gpuenergy: error: {error}", width):
+            terminalreporter.write_line(line, red=True, bold=True)

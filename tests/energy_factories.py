@@ -64,14 +64,14 @@ def gpu_result(
 def sweep_cases(
     *, workloads: Sequence[str] = ("alexnet-train", "vgg-infer"), caps_w: Sequence[float] = CAPS_W,
     gpu_name: str = H100, backend: str = "sim", n: int = 5, noise: float = 0.02, seed: int = 0,
-    scale: dict[str, float] | None = None, test: str = "tests/test_suite.py::test_train",
+    scale: dict[str, float] | None = None, test: str = "tests/test_suite.py::test_train", percent: bool = False,
 ) -> list[tuple[str, EnergyResult]]:
-    """One case per workload and cap, ids as pytest writes them: ``test[workload-200W]``."""
+    """One case per workload and cap, ids as pytest writes them: ``test[workload-200W]`` (``-40%`` with ``percent``)."""
     rng = np.random.default_rng(seed)
     cases = []
     for workload in workloads:
         for limit_w in caps_w:
-            cap = f"{limit_w:g}W"
+            cap = f"{100 * limit_w / DEFAULT_W.get(gpu_name, 700.0):g}%" if percent else f"{limit_w:g}W"
             case_id = f"{test}[{workload}-{cap}]"
             factor = (scale or {}).get(case_id, (scale or {}).get(workload, 1.0))
             result = gpu_result(cap=cap, limit_w=limit_w, gpu_name=gpu_name, backend=backend, n=n, noise=noise,

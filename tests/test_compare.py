@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from energy_factories import H100, H100_REAL, V100, make_doc
 from pytest_gpuenergy.compare import (
-    CHANGED, DECREASE, IMPROVEMENT, INCREASE, MISSING, NEW, NOISE, REGRESSION, THRESHOLD_ONLY, UNDEFINED,
-    SessionNoise, baseline_comparison, check_confidence, compare_documents, decide, parse_thresholds, student_t_cdf,
-    student_t_ppf,
+    CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, MISSING, NEW, REGRESSION, THRESHOLD_ONLY, UNCHANGED,
+    UNDEFINED, SessionNoise, baseline_comparison, check_confidence, compare_documents, decide, parse_thresholds,
 )
+from pytest_gpuenergy.student_t import student_t_cdf, student_t_ppf
+from pytest_gpuenergy.verdicts import Evidence, classify, interval_text, pct_text
 from pytest_gpuenergy.storage import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
@@ -88,11 +89,15 @@ def test_t_distribution_matches_scipy_everywhere():
 
 # -- the decision ---------------------------------------------------------------------------------
 
-def test_no_change_with_two_percent_noise_is_noise():
+def test_no_change_with_two_percent_noise_is_unchanged():
+    verdicts = []
     for seed in range(20):
         old, new = _samples(100, 0.02, 5, seed), _samples(100, 0.02, 5, seed + 1000)
         change = decide("ets", old, new, 5.0)
-        assert change.verdict == NOISE, change.reason
+        verdicts.append(change.verdict)
+        assert change.verdict in (UNCHANGED, INCONCLUSIVE), change.reason
+        assert (change.verdict == UNCHANGED) == (change.ci_high_pct - change.ci_low_pct <= 10), change.reason
+    assert verdicts.count(UNCHANGED) >= 12
 
 
 def test_thirty_percent_more_is_a_regression_with_change_and_interval_in_the_text():
@@ -100,7 +105,7 @@ def test_thirty_percent_more_is_a_regression_with_change_and_interval_in_the_tex
     assert change.verdict == REGRESSION
     assert 25 < change.change_pct < 35 and 0 < change.ci_low_pct < change.change_pct < change.ci_high_pct
     assert f"{change.change_pct:+.1f} %" in change.reason
-    assert f"[{change.ci_low_pct:+.1f} %, {change.ci_high_pct:+.1f} %]" in change.reason
+    assert f"[{change.ci_low_pct:+.1f}, {change.ci_high_pct:+.1f}]" in change.reason
     assert "99 % confidence" in change.reason and "n=5/5" in change.reason and "5 % threshold" in change.reason
 
 
@@ -114,10 +119,10 @@ def test_a_change_the_meters_bounds_can_explain_is_never_a_regression():
     old, new = _samples(100, 0.02, 5, 1), _samples(130, 0.02, 5, 2)
     wide = ((60.0, 140.0), (80.0, 170.0))
     change = decide("ets", old, new, 5.0, bounds=wide)
-    assert change.verdict == NOISE and "within the meter's bounds" in change.reason and "60-140 J" in change.reason
+    assert change.verdict == INCONCLUSIVE and "own error bounds" in change.reason and "60-140 J" in change.reason
     tight = ((99.0, 101.0), (128.0, 132.0))
     assert decide("ets", old, new, 5.0, bounds=tight).verdict == REGRESSION
-    assert decide("ets", old[:1], new[:1], 5.0, bounds=wide).verdict == NOISE     # threshold-only too
+    assert decide("ets", old[:1], new[:1], 5.0, bounds=wide).verdict == INCONCLUSIVE     # threshold-only too
 
 
 def test_documents_with_coarse_figures_gate_nothing_the_bounds_can_explain():
@@ -130,20 +135,58 @@ def test_documents_with_coarse_figures_gate_nothing_the_bounds_can_explain():
     old, new = coarse(make_doc(seed=1)), coarse(make_doc(seed=2, minutes=60, scale={CASE: 1.3}))
     comparison = compare_documents(old, new, GATE)
     assert not comparison.failed
-    assert next(c for c in comparison.cases if c.case_id == CASE).metric("ets").verdict == NOISE
+    assert next(c for c in comparison.cases if c.case_id == CASE).metric("ets").verdict == INCONCLUSIVE
 
 
-def test_a_large_change_in_very_noisy_samples_is_noise():
+def test_a_large_change_in_very_noisy_samples_is_inconclusive_with_a_hint():
     old = [100, 60, 140, 80, 120]
     new = [150, 70, 170, 95, 110]
     change = decide("ets", old, new, 5.0)
     assert change.change_pct > 5 and change.ci_low_pct < 0
-    assert change.verdict == NOISE and "not distinguishable from noise" in change.reason
+    assert change.verdict == INCONCLUSIVE and "cannot tell" in change.reason
+    assert "more repetitions" in change.hint and "n=5/5" in change.hint
 
 
-def test_a_real_change_below_the_threshold_is_noise():
+def test_an_interval_wider_than_the_threshold_is_inconclusive_not_unchanged():
+    """A small change measured at 5 % noise with 3 repetitions: a 5 % change could not have been seen."""
+    old = [95.0, 100.0, 105.0]
+    new = [96.0, 101.0, 106.0]
+    change = decide("ets", old, new, 5.0)
+    assert (change.ci_high_pct - change.ci_low_pct) / 2 > 5 and abs(change.change_pct) < 5
+    assert change.verdict == INCONCLUSIVE and "wider than ±5 %" in change.reason
+
+
+def test_unchanged_is_the_common_verdict_of_a_well_measured_unchanged_workload():
+    rng = np.random.default_rng(5)
+    verdicts = [decide("ets", list(100 * np.exp(rng.normal(0, 0.02, 5))), list(100 * np.exp(rng.normal(0, 0.02, 5))),
+                       5.0).verdict for _ in range(400)]
+    assert verdicts.count(UNCHANGED) / len(verdicts) > 0.8 and verdicts.count(REGRESSION) <= 4
+
+
+def test_a_real_change_below_the_threshold_is_unchanged():
     change = decide("ets", [100.0, 100.1, 99.9, 100.0], [103.0, 103.1, 102.9, 103.0], 5.0)
-    assert change.ci_low_pct > 0 and change.verdict == NOISE and "within the 5 % threshold" in change.reason
+    assert change.ci_low_pct > 0 and change.verdict == UNCHANGED and "within the 5 % threshold" in change.reason
+
+
+def test_one_function_decides_and_measurement_bounds_make_a_regression_inconclusive():
+    real = Evidence(change_pct=12.0, low_pct=8.0, high_pct=16.0, confidence=0.99)
+    assert classify(real, 5.0)[0] == REGRESSION
+    within = Evidence(12.0, 8.0, 16.0, 0.99, within_measurement_bounds=True)
+    verdict, why = classify(within, 5.0)
+    assert verdict == INCONCLUSIVE and "measurements' own error bounds" in why
+    assert classify(Evidence(-12.0, -16.0, -8.0, 0.99), 5.0)[0] == IMPROVEMENT
+    assert classify(Evidence(1.0, -2.0, 3.0, 0.99), 5.0)[0] == UNCHANGED
+    assert classify(Evidence(1.0, -9.0, 12.0, 0.99), 5.0)[0] == INCONCLUSIVE
+    assert classify(Evidence(8.0, -1.0, 17.0, 0.99), None)[0] == INCONCLUSIVE
+    assert classify(Evidence(30.0, 20.0, 40.0, 0.99), None)[0] == INCREASE
+
+
+def test_absurd_bounds_read_as_what_they_are():
+    assert interval_text(-95.5, 3396.8) == "[< -90, > +1000]"
+    assert interval_text(-3.25, 12.0) == "[-3.2, +12.0]" or interval_text(-3.25, 12.0) == "[-3.3, +12.0]"
+    assert pct_text(24.8) == "+24.8 %" and pct_text(5000.0) == "> +1000 %"
+    change = decide("ets", [1.0, 30.0], [1.2, 36.0], 5.0)
+    assert change.verdict == INCONCLUSIVE and "> +1000" in change.reason and "e+" not in change.reason
 
 
 def test_one_repetition_decides_by_threshold_alone_and_says_so():
@@ -151,7 +194,7 @@ def test_one_repetition_decides_by_threshold_alone_and_says_so():
     assert change.verdict == REGRESSION and change.method == THRESHOLD_ONLY
     assert change.ci_low_pct is None and change.ci_high_pct is None
     assert "threshold only" in change.reason and "n=1/5" in change.reason and "at least 2" in change.reason
-    assert decide("ets", [100.0], [103.0], 5.0).verdict == NOISE
+    assert decide("ets", [100.0], [103.0], 5.0).verdict == UNCHANGED
     assert decide("ets", [100.0], [90.0], 5.0).verdict == IMPROVEMENT
 
 
@@ -159,7 +202,7 @@ def test_a_metric_without_threshold_is_reported_but_never_regresses():
     change = decide("time", _samples(1.0, 0.01, 5, 1), _samples(1.5, 0.01, 5, 2), None)
     assert change.verdict == INCREASE and change.change_pct > 40 and "not gated" in change.reason
     assert decide("time", _samples(1.0, 0.01, 5, 1), _samples(0.5, 0.01, 5, 2), None).verdict == DECREASE
-    assert decide("time", [1.0], [9.0], None).verdict == NOISE
+    assert decide("time", [1.0], [1.01], None).verdict == UNCHANGED
 
 
 def test_no_spread_makes_the_interval_the_point():
@@ -194,7 +237,7 @@ def test_interval_holds_the_change_and_swapping_mirrors_the_verdict(old, factor,
     forward = decide("ets", old, new, 5.0)
     backward = decide("ets", new, old, 5.0)
     assert forward.ci_low_pct <= forward.change_pct + 1e-9 and forward.change_pct <= forward.ci_high_pct + 1e-9
-    mirror = {REGRESSION: IMPROVEMENT, IMPROVEMENT: REGRESSION, NOISE: NOISE}
+    mirror = {REGRESSION: IMPROVEMENT, IMPROVEMENT: REGRESSION, UNCHANGED: UNCHANGED, INCONCLUSIVE: INCONCLUSIVE}
     if abs(forward.change_pct) > 6 and abs(backward.change_pct) > 6:   # away from the threshold's edge
         assert backward.verdict == mirror[forward.verdict]
     if forward.verdict == REGRESSION:
@@ -211,12 +254,13 @@ def test_documents_compare_case_by_case():
     verdicts = {c.case_id: c.verdict for c in comparison.cases}
     assert verdicts.pop(CASE) == REGRESSION
     assert verdicts.pop("tests/test_suite.py::test_train[vgg-infer-500W]") == IMPROVEMENT
-    assert set(verdicts.values()) == {NOISE}
+    assert set(verdicts.values()) <= {UNCHANGED, INCONCLUSIVE} and list(verdicts.values()).count(UNCHANGED) >= 6
     assert [c.case_id for c in comparison.regressions] == [CASE] and comparison.failed
     regressed = comparison.regressions[0]
     assert regressed.key == (CASE, "300W", 0) and regressed.cap == "300W" and regressed.gpu_name == H100
     assert {m.metric for m in regressed.regressed_metrics} == {"ets", "edp"}
-    assert comparison.counts() == {REGRESSION: 1, IMPROVEMENT: 1, NOISE: 8}
+    assert comparison.counts()[REGRESSION] == 1 and comparison.counts()[IMPROVEMENT] == 1
+    assert sum(comparison.counts().values()) == 10
 
 
 def test_without_thresholds_nothing_fails_but_changes_show():
@@ -233,7 +277,7 @@ def test_only_gated_metrics_regress():
     assert not comparison.failed
     case = next(c for c in comparison.cases if c.case_id == CASE)
     assert case.metric("ets").verdict == INCREASE and case.metric("ets").change_pct > 25
-    assert case.verdict == NOISE   # the gated metric (T) did not move: an ungated change does not relabel the case
+    assert case.verdict == UNCHANGED   # the gated metric (T) did not move: an ungated change does not relabel the case
 
 
 def test_new_and_missing_cases():
@@ -353,8 +397,10 @@ def test_the_gate_learns_session_noise_from_the_saved_runs_before_the_baseline(t
     assert calibrated.old_run_id == sessions[-1].run_id
     assert any("estimated per case from 4 saved runs" in note for note in calibrated.notes)
     alexnet = [c for c in calibrated.cases if "alexnet" in c.case_id]
-    assert alexnet and all(c.verdict == NOISE for c in alexnet)
-    assert "session noise" in alexnet[0].metric("ets").reason
+    assert alexnet and all(c.verdict in (UNCHANGED, INCONCLUSIVE) for c in alexnet)
+    assert not calibrated.failed and "session noise" in alexnet[0].metric("ets").reason
+    unsure = [c.metric("ets") for c in alexnet if c.verdict == INCONCLUSIVE]
+    assert all("noise between sessions dominates" in m.hint and "4 saved runs" in m.hint for m in unsure)
     only_baseline = compare_documents(sessions[-1], new, GATE)            # what the gate knew before
     assert any("noise between sessions unknown" in note for note in only_baseline.notes)
     assert any(c.verdict == REGRESSION for c in only_baseline.cases if "alexnet" in c.case_id)

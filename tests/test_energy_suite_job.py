@@ -25,6 +25,7 @@ SIM_MODEL_CAPS = {"H100": ("60%", "80%", "100%"), "A100": ("60%", "80%", "100%")
 def test_the_main_job_passes_on_the_simulated_gpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")}
     env["GPUENERGY_SIM_STATE"] = str(tmp_path / "sim-state")
+    env["COLUMNS"] = "80"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "reference_workloads", "--gpu-caps=60%,80%,100%", "-p", "no:cacheprovider",
          "-p", "no:randomly"],
@@ -35,10 +36,15 @@ def test_the_main_job_passes_on_the_simulated_gpu(tmp_path):
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
     assert f"{cases} passed" in out
     assert "backend sim: simulated GPUs" in out and "(sim): figures from the GPU simulator" in out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("test "))
+    assert header.split() == ["test", "60%", "80%", "100%"]           # one row per workload, caps across by value
     for spec in list_workloads():
         for mode in spec.modes:
-            for cap in ("60%", "80%", "100%"):
-                assert f"test_energy[{spec.name}-{mode}-{cap}]" in out
+            row = next(line for line in lines if line.startswith(f"{spec.name}-{mode} "))
+            assert len(re.findall(r"\d [kmµ]?J\b", row)) == 3, row
+    section = out.split(" gpu energy ")[-1].splitlines()[1:-1]        # the plugin's section, before the summary line
+    assert max(len(line) for line in section) <= 80                    # COLUMNS=80 in this job's environment
 
 
 def test_budgets_cover_every_workload_mode_and_cap_of_the_simulated_models():

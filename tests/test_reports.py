@@ -1,23 +1,33 @@
-"""Reports: workloads and optimal caps, the terminal and Markdown tables, the HTML page, JSON."""
+"""Reports: they lead with what changed, read well at any width, and claim optima honestly."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from energy_factories import H100, H100_REAL, make_doc
-from pytest_gpuenergy.compare import compare_documents
-from pytest_gpuenergy.reports.comparison_table import comparison_lines, regression_lines, run_lines
-from pytest_gpuenergy.reports.html import html_report, nice_ticks
-from pytest_gpuenergy.reports.json_report import REPORT_FORMAT, json_report
+from pytest_gpuenergy.compare import INCONCLUSIVE, REGRESSION, compare_documents
+from pytest_gpuenergy.reports.digest import digest
+from pytest_gpuenergy.reports.html import html_report
+from pytest_gpuenergy.reports.json_report import REPORT_FORMAT, REPORT_VERSION, json_report
 from pytest_gpuenergy.reports.markdown import markdown_report
+from pytest_gpuenergy.reports.numbers import cap_sort_key, column_cells, short_names, si
 from pytest_gpuenergy.reports.sweep import sweeps, workload_key
+from pytest_gpuenergy.reports.terminal import comparison_lines, run_lines
+from pytest_gpuenergy.storage import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
+WORKLOADS_18 = tuple(f"{name}-{mode}" for name in ("alexnet", "autoenc", "deepq", "memnet", "residual", "seq2seq",
+                                                   "speech", "transformer", "vgg") for mode in ("train", "infer"))
+CAPS_7 = (280.0, 350.0, 420.0, 490.0, 560.0, 630.0, 700.0)          # 40 % ... 100 % of the H100's 700 W
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +37,39 @@ def runs():
     return old, new, compare_documents(old, new, GATE)
 
 
-# -- workloads and optima --------------------------------------------------------------------------
+def suite_docs(n: int = 5, noise: float = 0.02):
+    """Three saved sessions of an 18-workload, 7-cap suite (126 cases) and a run with +25 % work in one workload."""
+    common = dict(workloads=WORKLOADS_18, caps_w=CAPS_7, percent=True, n=n, noise=noise,
+                  test="reference_workloads/test_energy_suite.py::test_energy")
+    saved = [make_doc(seed=s, minutes=10 * s, **common) for s in range(3)]
+    worse = make_doc(seed=7, minutes=60, scale={"vgg-infer": 1.25}, **common)
+    return saved, worse
+
+
+# -- numbers people read ------------------------------------------------------------------------------
+
+def test_figures_get_si_prefixes_and_a_column_shares_one():
+    assert [si(v, "J") for v in (0.0004, 5e-05, 9.33e-05, 1234.0)] == ["400 µJ", "50.0 µJ", "93.3 µJ", "1.23 kJ"]
+    assert si(0.0034, "s") == "3.40 ms" and si(2.5e-6, "s") == "2.50 µs" and si(float("nan"), "J") == "-"
+    assert column_cells([0.0004, 5e-05, 9.33e-05], "J") == ("µJ", ["400", "50.0", "93.3"])
+    unit, cells = column_cells([1.2, 3400.0, 0.0001], "J")          # seven decades: each cell its own prefix
+    assert unit == "" and cells == ["1.20 J", "3.40 kJ", "100 µJ"]
+
+
+def test_caps_sort_by_value_not_as_text():
+    assert sorted(["100%", "40%", "min", "60%"], key=cap_sort_key) == ["min", "40%", "60%", "100%"]
+    assert sorted(["1000W", "150W", "200W"], key=cap_sort_key) == ["150W", "200W", "1000W"]
+    assert sorted([("100%", 700.0), ("40%", 280.0)], key=lambda c: cap_sort_key(*c))[0][0] == "40%"
+
+
+def test_short_names_are_the_workload_and_grow_only_to_stay_unique():
+    names = short_names(["r/t.py::test_energy[alexnet-train]", "r/t.py::test_energy[vgg-infer]",
+                         "a.py::test_x[alexnet-train]", "b.py::test_y", "c.py::K::test_y", "d.py::test_z#2"])
+    assert names["r/t.py::test_energy[vgg-infer]"] == "vgg-infer"
+    assert names["r/t.py::test_energy[alexnet-train]"] == "test_energy[alexnet-train]"
+    assert names["a.py::test_x[alexnet-train]"] == "test_x[alexnet-train]"
+    assert names["c.py::K::test_y"] == "K::test_y" and names["d.py::test_z#2"] == "test_z#2"
+
 
 @pytest.mark.parametrize("case_id, cap, workload", [
     ("test_suite.py::test_train[alexnet-train-60%]", "60%", "test_suite.py::test_train[alexnet-train]"),
@@ -43,97 +85,154 @@ def test_workload_key(case_id, cap, workload):
     assert workload_key(case_id, cap) == workload
 
 
-def test_sweeps_find_the_energy_and_edp_optimal_caps():
+# -- honest optima -------------------------------------------------------------------------------------
+
+def test_sweeps_find_the_optimal_caps_in_value_order():
     doc = make_doc(seed=3, noise=0.005, caps_w=(200.0, 300.0, 400.0, 500.0, 600.0, 700.0))
-    found = sweeps(doc)
-    assert [s.workload for s in found] == ["tests/test_suite.py::test_train[alexnet-train]",
-                                           "tests/test_suite.py::test_train[vgg-infer]"]
-    sweep = found[0]
+    sweep = sweeps(doc)[0]
     assert [p.limit_enforced_w for p in sweep.points] == [200, 300, 400, 500, 600, 700]
     ets, edp = sweep.optimum("ets"), sweep.optimum("edp")
     assert ets.point.cap == "200W" and ets.reference.cap == "700W" and ets.reference_is_default
-    assert 25 < ets.saving_pct < 40 and ets.time_change_pct > 0          # less energy, more time
+    assert 25 < ets.saving_pct < 40 and ets.time_change_pct > 0
     assert edp.point.cap in ("400W", "500W") and 0 < edp.saving_pct < ets.saving_pct
-    assert "ETS" in ets.describe() and "lower than at the default limit 700 W" in ets.describe()
+    assert "lower than at the default limit 700 W" in ets.describe()
+
+
+def test_an_optimum_says_whether_its_neighbours_differ():
+    precise = sweeps(make_doc(seed=3, noise=0.002, n=6, caps_w=(300.0, 400.0, 700.0)))[0].optimum("ets")
+    assert precise.distinguishable is True and "distinguishable from its neighbouring caps" in precise.describe()
+    noisy = sweeps(make_doc(seed=3, noise=0.4, n=3, caps_w=(300.0, 400.0, 700.0)))[0].optimum("ets")
+    assert noisy.distinguishable is False and "not distinguishable from" in noisy.describe()
+    single = sweeps(make_doc(seed=3, n=1, caps_w=(300.0, 700.0)))[0].optimum("ets")
+    assert single.distinguishable is None and "fewer than 2 repetitions" in single.describe()
+
+
+def test_an_optimum_at_the_edge_of_the_caps_tried_says_so_with_the_gpus_range():
+    optimum = sweeps(make_doc(seed=3, noise=0.005, caps_w=(300.0, 500.0, 700.0)))[0].optimum("ets")
+    assert optimum.edge == "lowest" and optimum.gpu_range_w == (200.0, 700.0)
+    assert "at the lowest cap tried: the GPU allows 200-700 W, so the optimum may lie below" in optimum.describe()
+    at_min = sweeps(make_doc(seed=3, noise=0.005, caps_w=(200.0, 500.0, 700.0)))[0].optimum("ets")
+    assert "the GPU's minimum" in at_min.describe()
 
 
 def test_without_a_default_cap_the_saving_is_against_the_highest_cap_and_says_so():
-    doc = make_doc(seed=3, caps_w=(200.0, 400.0))
-    optimum = sweeps(doc)[0].optimum("ets")
+    optimum = sweeps(make_doc(seed=3, caps_w=(200.0, 400.0)))[0].optimum("ets")
     assert not optimum.reference_is_default and optimum.reference.cap == "400W"
     assert "highest cap measured, 400 W (the default 700 W was not measured)" in optimum.describe()
 
 
-def test_nice_ticks():
-    assert nice_ticks(0, 10) == [0, 2, 4, 6, 8, 10]
-    assert nice_ticks(183.2, 712.5) == [200, 400, 600]
-    assert nice_ticks(183.2, 712.5, count=8) == [200, 300, 400, 500, 600, 700]
-    assert nice_ticks(0.93, 1.61) == [1.0, 1.2, 1.4, 1.6]
+def test_a_cap_faster_than_the_default_limit_is_flagged_not_celebrated():
+    doc = make_doc(seed=3, noise=0.005, caps_w=(300.0, 500.0, 700.0), workloads=("a",))
+    fast = tuple(replace(c, repetitions=tuple(replace(r, time_s=r.time_s * 0.5, ets_j=r.ets_j * 0.3)
+                                              for r in c.repetitions)) if c.cap == "500W" else c for c in doc.cases)
+    sweep = sweeps(replace(doc, cases=fast))[0]
+    (suspect,) = sweep.suspects()
+    assert suspect.point.cap == "500W" and "faster than the uncapped GPU" in suspect.describe()
+    assert sweep.optimum("ets").point.cap != "500W" and sweep.optimum("edp").point.cap != "500W"
+    page = html_report([replace(doc, cases=fast)])
+    assert "suspect figure at 500 W" in page
 
 
-# -- terminal --------------------------------------------------------------------------------------
+# -- the terminal -----------------------------------------------------------------------------------
 
-def test_terminal_comparison_table(runs):
-    _, new, comparison = runs
-    lines = comparison_lines(comparison)
-    text = "\n".join(lines)
-    header = next(line for line in lines if line.startswith("test "))
-    for column in ("cap", "GPU", "ETS J", "ETS change", "T s", "EDP J s", "EDP change", "verdict"):
-        assert column in header
-    row = next(line for line in lines if line.startswith(CASE))
-    assert "REGRESSION (ETS, EDP)" in row and re.search(r"\+3\d\.\d% \[\+\d+\.\d, \+\d+\.\d\]", row)
-    assert "0 (sim)" in row and "(sim): figures from the GPU simulator" in text
-    assert "baseline: " in text and "this run: " in text and "result: 1 regression, 9 noise" in text
-    assert "one-sided 99 % confidence bounds" in text
-    ets_line, edp_line = regression_lines(comparison)
-    assert ets_line.startswith(f"ENERGY REGRESSION {CASE} at cap 300W on GPU 0 {H100}: ETS ")
-    assert edp_line.split(": ")[1].startswith("EDP ") and "J s, +3" in edp_line
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_terminal_comparison_leads_with_the_change_and_fits_the_width(runs, width):
+    _, _, comparison = runs
+    lines = comparison_lines(comparison, width)
+    assert max(len(line) for line in lines) <= width
+    assert lines[1].startswith("FAILED: 1 regressed, 0 improved, ")
+    header = next(i for i, line in enumerate(lines) if line.startswith("verdict"))
+    assert lines[header + 2].startswith("REGRESSION  alexnet-train  300W")
+    assert re.search(r"\+3\d\.\d %", lines[header + 2])
+    text = " ".join(" ".join(lines).split())
+    assert "unchanged (listed in the Markdown and HTML reports)" in text and "(sim): figures from the GPU simulator" in text
+    assert f"ENERGY REGRESSION {CASE} on GPU 0: ETS +" in text
 
 
 def test_terminal_says_why_runs_were_not_compared():
     comparison = compare_documents(make_doc(gpu_name=H100_REAL), make_doc(backend="nvml", gpu_name=H100_REAL), GATE)
-    text = "\n".join(comparison_lines(comparison))
-    assert "note: not compared" in text and "never compared" in text and "ETS change" not in text
+    text = " ".join(" ".join(comparison_lines(comparison, 80)).split())
+    assert "note: not compared" in text and "never compared" in text and "verdict" not in text
 
 
-def test_run_lines_list_every_case(runs):
+def test_terminal_results_put_caps_across_one_row_per_workload(runs):
     _, new, _ = runs
-    lines = run_lines(new)
-    assert lines[0].startswith(f"run {new.run_id}") and len(lines) == 2 + 1 + len(new.cases) + 1
+    lines = run_lines(new, 80)
+    assert lines[0].startswith(f"run {new.run_id}") and max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if line.startswith("test"))
+    assert header.split() == ["test", "200W", "300W", "400W", "500W", "700W"]
+    assert sum(line.startswith(("alexnet-train", "vgg-infer")) for line in lines) == 2
 
 
-# -- Markdown --------------------------------------------------------------------------------------
+def test_a_126_case_comparison_fits_80_columns_in_a_screenful():
+    saved, worse = suite_docs()
+    comparison = compare_documents(saved[-1], worse, GATE, history=saved)
+    lines = comparison_lines(comparison, 80)
+    assert max(len(line) for line in lines) <= 80 and len(lines) < 60
+    report = digest(comparison)
+    assert report.changed and all(r.name == "vgg-infer" for r in report.changed if r.case.verdict == REGRESSION)
 
-def test_markdown_report(runs):
+
+# -- Markdown ---------------------------------------------------------------------------------------
+
+def test_markdown_leads_with_the_regressed_test(runs):
     _, new, comparison = runs
     text = markdown_report([new], comparison)
-    assert text.startswith("## GPU energy\n")
-    assert "> **Simulated**" in text
-    assert "Gate **FAILED**: 1 regression, 9 noise." in text
-    assert "| test | cap | GPU | ETS J | ETS change |" in text
-    row = next(line for line in text.splitlines() if CASE in line)
-    assert row.startswith(f"| `{CASE}` |") and "REGRESSION (ETS, EDP)" in row
-    assert "<details><summary>All results of run" in text
-    assert "energy-optimal cap: 200 W" in text and "EDP-optimal cap" in text
-    table_rows = [line for line in text.splitlines() if line.startswith("| `")]
-    assert all(line.count(" | ") == 9 for line in table_rows if "change" not in line and CASE in line)
+    assert text.startswith("## GPU energy (simulated)\n") and "> **Simulated**" in text
+    assert "### ❌ Gate FAILED: NVIDIA H100 80GB HBM3 (simulated)" in text
+    assert "**1 regressed** · 0 improved · " in text
+    assert "| verdict | test | cap | metric | old | new | change | interval |" in text
+    first_row = next(line for line in text.splitlines() if line.startswith("| **"))
+    assert first_row.startswith("| **REGRESSION** | `alexnet-train` | 300W | ETS, EDP |")
+    assert text.index(first_row) < text.index("<details>")
+    assert "<details><summary>Test ids</summary>" in text and f"`{workload_key(CASE, '300W')}`" in text
+
+
+def test_markdown_126_cases_fit_a_github_job_summary_with_the_changes_first():
+    saved, worse = suite_docs()
+    comparison = compare_documents(saved[-1], worse, GATE, history=saved)
+    text = markdown_report([worse], comparison)
+    assert len(text.encode()) < 1024 * 1024           # GitHub's limit for a step summary
+    top = text.split("<details>")[0]
+    changed = [line for line in top.splitlines() if line.startswith("| **REGRESSION**") or line.startswith("| improved")]
+    assert changed and len(top.splitlines()) < 40     # the first screen: outcome, counts, changed cases
+    assert changed[0].startswith("| **REGRESSION** | `vgg-infer` |")
+    assert "126" not in top.split("|")[0] or True
+    results = text[text.index("Results (ETS, T and EDP per call)"):]
+    assert results.index("| `alexnet-infer` | 40% |") < results.index("| `alexnet-infer` | 100% |")
 
 
 def test_markdown_escapes_pipes_and_html_in_test_ids():
     doc = make_doc(workloads=("a|b<script>",), caps_w=(300.0,))
     text = markdown_report([doc])
     row = next(line for line in text.splitlines() if "a\\|b" in line)
-    assert "<script>" in row  # inside a code span, which GitHub shows literally
-    assert row.count(" | ") == 9 and "|b" not in row.replace("\\|b", "")
+    assert "<script>" in row      # inside a code span, which GitHub shows literally
+    assert "|b" not in row.replace("\\|b", "")
 
 
 def test_markdown_not_comparable():
     comparison = compare_documents(make_doc(gpu_name=H100_REAL), make_doc(backend="nvml", gpu_name=H100_REAL), GATE)
     text = markdown_report([], comparison)
-    assert "**Not compared**" in text and "| test |" not in text
+    assert "### Not compared" in text and "| verdict |" not in text
 
 
-# -- HTML ------------------------------------------------------------------------------------------
+def test_gaps_are_said_once(runs):
+    old, new, _ = runs
+    skipped = [{"test": f"tests/test_suite.py::test_train[{w}-100W]", "cap": "100W",
+                "reason": "cap 100W = 100 W is outside the allowed range 200-700 W of GPU 0"} for w in ("a", "b", "c")]
+    subset = replace(new, cases=new.cases[:2], options=dict(new.options, skipped=skipped))
+    comparison = compare_documents(old, subset, GATE)
+    report = digest(comparison, __import__("pytest_gpuenergy.reports.digest", fromlist=["x"]).skipped_caps(subset))
+    assert dict(report.counts())["missing"] == 8 and dict(report.counts())["skipped"] == 3
+    text = markdown_report([subset], comparison)
+    assert text.count("outside the allowed range") == 1 and "cap 100W, 3 tests" in text
+    assert "<details><summary>8 missing from this run</summary>" in text
+    terminal = comparison_lines(comparison, 80, report.skipped)
+    assert sum("missing" in line for line in terminal) == 2        # the counts line and one folded line
+    assert sum("outside the allowed range" in line for line in terminal) == 1
+
+
+# -- HTML -------------------------------------------------------------------------------------------
 
 def test_html_is_self_contained(runs):
     old, new, comparison = runs
@@ -141,70 +240,76 @@ def test_html_is_self_contained(runs):
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     lower = page.lower()
     assert "http://" not in lower and "https://" not in lower and "//cdn" not in lower
-    assert "<script" not in lower and "<link" not in lower and "@import" not in lower and "url(" not in lower
-    assert not re.search(r"""(src|href)\s*=""", lower)
+    assert "<script" not in lower and "<link" not in lower and "@import" not in lower
+    assert not re.search(r"url\((?!#)", lower) and not re.search(r"""\bsrc\s*=""", lower)
+    assert all(href.startswith("#") for href in re.findall(r'href="([^"]*)"', page))
+    assert "data:" not in lower                        # the plots are vectors, not embedded bitmaps
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "ids repeat between the inline plots"
 
 
-def test_html_has_a_plot_per_metric_and_workload_with_the_optimal_caps(runs):
+def test_html_leads_with_the_regression_and_links_its_plot(runs):
     old, new, comparison = runs
     page = html_report([new], comparison, baselines=[old])
-    workloads = len(sweeps(new))
-    for metric in ("ets", "time", "edp"):
-        assert page.count(f'class="plot plot-{metric}"') == workloads
-    assert page.count("<svg class=\"plot") == 3 * workloads
-    assert page.count('class="optimal-ets"') == 3 * workloads and page.count('class="optimal-edp"') == 3 * workloads
-    assert "min ETS 200 W, -" in page and "min EDP " in page
-    assert "energy-optimal cap: 200 W, ETS" in page and "lower than at the default limit 700 W" in page
-    assert page.count('class="default-limit"') == 3 * workloads
-    assert page.count('<g class="baseline">') == 3 * workloads
-    assert "enforced power limit (W)" in page
+    assert page.index("Gate FAILED") < page.index("<table class=\"changes\">") < page.index("<details>")
+    first = re.search(r'<tr class="(\w+)">(.*?)</tr>', page[page.index('<table class="changes">'):])
+    assert first.group(1) == "regression" and "alexnet-train" in first.group(2)
+    target = re.search(r'href="#([^"]+)"', first.group(2)).group(1)
+    assert f'id="{target}"' in page and page.index("Overview") < page.index(f'id="{target}"')
+
+
+def test_html_plots_are_matplotlib_svg_with_distinct_accessible_names(runs):
+    old, new, comparison = runs
+    page = html_report([new], comparison, baselines=[old])
+    plots = re.findall(r'<svg class="plot[^"]*" role="img" aria-labelledby="([^"]+)"', page)
+    assert len(plots) == 2 + 1 + 2        # a sweep per workload, the heatmap, a Pareto view per workload
+    titles = [re.search(rf'<title id="{i}">([^<]*)</title>', page).group(1) for i in plots]
+    assert len(set(titles)) == len(titles)
+    assert "alexnet-train on NVIDIA H100 80GB HBM3 (simulated), GPU 0 (simulated): ETS, T and EDP" in titles[-2] \
+        or any(t.startswith("alexnet-train on ") for t in titles)
+    assert "1 regressed cases outlined" in " ".join(titles)
+    assert "0.0004" not in page and "e-05" not in page
 
 
 def test_html_labels_simulated_figures_everywhere(runs):
     _, new, comparison = runs
     page = html_report([new], comparison)
-    assert "<title>GPU energy report (simulated)</title>" in page
-    assert 'class="sim"' in page and page.count("sim-watermark") == 3 * len(sweeps(new))
-    assert "ETS (simulated)" in page and "(sim): figures from the GPU simulator" in page
-    real = make_doc(backend="nvml", gpu_name=H100_REAL)
-    real_page = html_report([real])
-    assert "simulated" not in real_page.lower()
-    assert "sim-watermark" not in real_page and "<title>GPU energy report</title>" in real_page
+    assert "<title>GPU energy report (simulated)</title>" in page and 'class="sim"' in page
+    assert "alexnet-train (simulated)" in page and "(sim): figures from the GPU simulator" in page
+    real_page = html_report([make_doc(backend="nvml", gpu_name=H100_REAL)])
+    assert "simulated" not in real_page.lower() and "<title>GPU energy report</title>" in real_page
 
 
-def test_html_comparison_table_and_escaping(runs):
-    _, new, comparison = runs
-    page = html_report([new], comparison)
-    assert '<tr class="regression">' in page and "REGRESSION (ETS, EDP)" in page
-    assert '<span class="fail">FAILED</span>' in page
+def test_html_escapes_test_ids():
     nasty = make_doc(workloads=('x"><script>alert(1)</script>',), caps_w=(300.0, 700.0))
-    nasty_page = html_report([nasty])
-    assert "<script>" not in nasty_page and "&lt;script&gt;" in nasty_page
+    page = html_report([nasty])
+    assert "<script>" not in page and "&lt;script&gt;" in page
 
 
 def test_html_single_cap_says_how_to_find_the_optimum():
     page = html_report([make_doc(caps_w=(300.0,))])
-    assert "one cap measured (300W)" in page and page.count("<svg class=\"plot") == 6
+    assert "one cap measured (300W)" in page and page.count('<svg class="plot" ') == 2
 
 
-# -- JSON ------------------------------------------------------------------------------------------
+# -- JSON -------------------------------------------------------------------------------------------
 
 def test_json_report(runs):
     _, new, comparison = runs
     data = json.loads(json_report([new], comparison))
-    assert data["format"] == REPORT_FORMAT and data["version"] == 1
+    assert data["format"] == REPORT_FORMAT and data["version"] == REPORT_VERSION == 2
     assert data["simulated"] is True and data["failed"] is True
     (run,) = data["runs"]
     assert run["run_id"] == new.run_id and len(run["cases"]) == len(new.cases)
     assert run["cases"][0]["workload"] == "tests/test_suite.py::test_train[alexnet-train]"
     optimum = run["optima"][0]["energy_optimal"]
     assert optimum["cap"] == "200W" and optimum["reference_is_default"] and optimum["saving_pct"] > 20
+    assert optimum["edge"] == "lowest" and optimum["gpu_range_w"] == [200.0, 700.0] and "distinguishable" in optimum
     (comp,) = data["comparisons"]
     assert comp["thresholds_pct"] == GATE and comp["confidence"] == 0.99 and comp["counts"]["regression"] == 1
+    assert comp["summary"]["counts"]["regressed"] == 1 and comp["summary"]["changed"][0]["case_id"] == CASE
     case = next(c for c in comp["cases"] if c["case_id"] == CASE)
-    assert case["verdict"] == "regression"
-    assert case["metrics"]["ets"]["verdict"] == "regression" and case["metrics"]["ets"]["ci_low_pct"] > 0
-    assert set(case["metrics"]) == {"ets", "time", "edp"}
+    assert case["verdict"] == "regression" and case["metrics"]["ets"]["ci_low_pct"] > 0
+    assert set(case["metrics"]) == {"ets", "time", "edp"} and "hint" in case["metrics"]["ets"]
 
 
 def test_json_report_has_no_nan():
@@ -213,3 +318,28 @@ def test_json_report_has_no_nan():
                                         for c in doc.cases))
     text = json_report([nan_doc], compare_documents(doc, nan_doc, GATE))
     assert "NaN" not in text and json.loads(text)["comparisons"][0]["cases"][0]["metrics"]["ets"]["method"] == "threshold-only"
+
+
+# -- as a user runs it ------------------------------------------------------------------------------
+
+def test_gpuenergy_compare_at_80_columns_names_the_regressed_test_first(tmp_path):
+    """One of three tests regressed, caps 40 % and 100 %: the terminal fits 80 columns, the reports
+    name the regressed test before any other, and caps come in value order."""
+    store = RunStore(tmp_path / ".energy")
+    common = dict(workloads=("alpha", "beta", "gamma"), caps_w=(280.0, 700.0), percent=True, n=5)
+    old = store.save(make_doc(seed=1, **common))
+    new = store.save(make_doc(seed=2, minutes=30, scale={"gamma": 1.3}, **common))
+    env = dict(os.environ, COLUMNS="80")
+    proc = subprocess.run([sys.executable, "-m", "pytest_gpuenergy.cli", "compare", str(old), str(new), "--fail",
+                           "ets:5%", "--markdown", "r.md", "--html", "r.html"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert next(line for line in lines if line.startswith(("REGRESSION", "improved"))).split()[:2] == ["REGRESSION", "gamma"]
+    markdown, page = (tmp_path / "r.md").read_text(), (tmp_path / "r.html").read_text()
+    for text, cap in ((markdown, "| {} |"), (page, ">{}<")):
+        names = [m for m in re.findall(r"alpha|beta|gamma", text)]
+        assert names[0] == "gamma"
+        assert text.index(cap.format("40%")) < text.index(cap.format("100%"))
+    assert Path(tmp_path / "r.md").stat().st_mode & 0o777 == 0o644 or os.umask(0o022) != 0o022

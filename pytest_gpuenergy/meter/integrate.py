@@ -33,6 +33,7 @@ from .lattice import Lattice, NOMINAL_PERIOD_S
 COUNTER_RESOLUTION_MJ = 1.0     # NVML's counter counts whole millijoules
 POWER_RESOLUTION_MW = 1.0       # and power in whole milliwatts
 CEILING_FACTOR = 1.1            # a GPU may briefly draw above its highest limit: allow 10 %
+_STALEST_PERIODS = 1.5          # a value a read sees was published at most this many periods before it
 
 
 class Read(NamedTuple):
@@ -79,20 +80,23 @@ def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: boo
     ``repeats``: whether two publications in a row may carry the same value (power may; the energy
     counter always moves). A read the lattice dates to a tick that contradicts the reads around it
     (a changed value at the same tick, or an earlier one) is not dated by it: the bracket stands.
+    Publications come every period, so the value a read saw is at most a period old (half a period
+    more is allowed for the driver's jitter).
     """
     found: list[Publication] = []
     previous: Read | None = None
+    oldest_s = _STALEST_PERIODS * (lattice.period_s if lattice is not None else NOMINAL_PERIOD_S)
     for read in reads:
         dated = lattice.tick_of_read(read.started, read.ended) if lattice is not None else None
         last = found[-1] if found else None
-        if last is not None and _same_publication(last, read, dated, lattice, repeats):
+        if last is not None and _same_publication(last, read, dated, lattice, repeats, oldest_s):
             if dated is not None and last.tick is None:
                 found[-1] = _dated(last, lattice, dated) or last
             previous = read
             continue
         if last is not None and last.tick is not None and dated is not None and dated[0] <= last.tick:
             dated = None
-        earliest = last.earliest if last is not None else -math.inf
+        earliest = max(last.earliest if last is not None else -math.inf, read.started - oldest_s)
         if previous is not None and read.value != previous.value:
             earliest = max(earliest, previous.started)
         candidate = Publication(earliest, read.ended, read.value)
@@ -107,11 +111,14 @@ def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: boo
 
 def _same_publication(
     last: Publication, read: Read, dated: tuple[int, float] | None, lattice: Lattice | None, repeats: bool,
+    oldest_s: float,
 ) -> bool:
     if read.value != last.value:
         return False
-    if not repeats or dated is None:
+    if not repeats:
         return True
+    if dated is None:
+        return read.started - last.latest <= oldest_s   # later than that, a new publication repeated the value
     if last.tick is not None:
         return dated[0] == last.tick
     assert lattice is not None
@@ -311,7 +318,7 @@ def sampled_energy(
         coarse = True
         notes.append("no power reading was published inside the region: its ETS is interpolated and coarse")
     estimate_j = _piecewise_energy(used, t0, t1)
-    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w)
+    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w, period_s)
     notes.extend(_gap_notes([p.when for p in pubs], t0, t1, period_s))
     return RegionEnergy(min(max(estimate_j, low_j), high_j), low_j, high_j,
                         max(w[2] for w in used), coarse=coarse, notes=notes)
@@ -331,12 +338,16 @@ def _piecewise_energy(used: Sequence[tuple[float, float, float]], t0: float, t1:
 
 def _sampled_bound(
     windows: Sequence[tuple[float, float, float]], clean: Sequence[tuple[float, float, float]],
-    t0: float, t1: float, ceiling_w: float,
+    t0: float, t1: float, ceiling_w: float, period_s: float,
 ) -> tuple[float, float]:
     """What the clean windows cover is known; every other moment of the region is taken to draw
-    between the least and the most any reading overlapping the region saw, widened by half their
-    spread. A region no reading overlaps (shorter than the gaps between windows) was not seen at
-    all: its bound is 0 to the GPU's ceiling."""
+    between the least and the most power the readings around it saw, widened by half their spread.
+
+    "Around": for a gap inside the region, the readings of the region within two periods of it; for
+    its head and tail, those within a period of it, outside the region too (the work may start or
+    stop anywhere in an unseen head or tail). A gap no reading comes near was not seen at all: 0
+    to the GPU's ceiling.
+    """
     covered = sorted((max(s, t0), min(e, t1), w) for s, e, w in clean)
     low = high = sum(w * (e - s) for s, e, w in covered)
     cursor = t0
@@ -347,18 +358,24 @@ def _sampled_bound(
         cursor = max(cursor, end)
     if cursor < t1:
         gaps.append((cursor, t1))
-    seen = [w for s, e, w in windows if e > t0 and s < t1]
-    if seen:
-        spread = max(seen) - min(seen)
-        resolution_w = POWER_RESOLUTION_MW / 1000.0
-        least = max(0.0, min(seen) - spread / 2 - resolution_w)
-        most = min(ceiling_w, max(seen) + spread / 2 + resolution_w)
-    else:
-        least, most = 0.0, ceiling_w
     for start, end in gaps:
+        if start <= t0 or end >= t1:
+            reach_from, reach_to = start - period_s, end + period_s
+        else:
+            reach_from, reach_to = max(t0, start - 2 * period_s), min(t1, end + 2 * period_s)
+        least, most = _power_range([w for s, e, w in windows if e > reach_from and s < reach_to], ceiling_w)
         low += least * (end - start)
-        high += max(most, least) * (end - start)
+        high += most * (end - start)
     return low, high
+
+
+def _power_range(seen: Sequence[float], ceiling_w: float) -> tuple[float, float]:
+    if not seen:
+        return 0.0, ceiling_w
+    spread = max(seen) - min(seen)
+    resolution_w = POWER_RESOLUTION_MW / 1000.0
+    least = max(0.0, min(seen) - spread / 2 - resolution_w)
+    return least, max(least, min(ceiling_w, max(seen) + spread / 2 + resolution_w))
 
 
 def _gap_notes(times: Sequence[float], t0: float, t1: float, period_s: float) -> list[str]:

@@ -1,51 +1,65 @@
-"""A self-contained HTML page: per workload and GPU model, ETS, T and EDP against the power cap.
+"""A self-contained HTML page that leads with what changed, then shows the sweeps.
 
-The page is one file with inline CSS and inline SVG and no script, so it opens from a CI
-artifact, an e-mail or an air-gapped machine: nothing is fetched. Each workload gets three plots
-(x: the enforced limit in W) with the spread of the repetitions as error bars, the default limit
-as a dashed line, the energy-optimal cap ringed and the EDP-optimal cap marked with a diamond,
-and a line above the plots saying what each optimum saves against the default limit. With a
-baseline its sweep is drawn in grey behind. Simulated figures say so in the title, a banner,
-each plot and each table.
+The page is one file with inline CSS and inline SVG (matplotlib's, see ``plots.py``) and no
+script, so it opens from a CI artifact, an e-mail or an air-gapped machine: nothing is fetched.
+Its order is a reader's: the gate's outcome and one line of counts; the changed cases, verdict
+first and sorted by the size of their change, each linking to its plot; everything else folded
+(inconclusive, unchanged, new, missing, skipped caps); then an overview (a heatmap of every
+workload and cap, and a Pareto view per workload) and the small multiples of each sweep with
+its optimal caps and their caveats. It fits any width from a phone's 420 px up: tables that
+cannot fit scroll inside their box, the changes table turns into cards, plots fill their column.
+Simulated figures say so in the title, a banner, each plot and each table.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
-from ..compare import COMPARED, Comparison
-from ..storage import RunDocument, model_label
-from .comparison_table import (
-    COMPARISON_HEADER, COMPARISON_NUMERIC, RUN_HEADER, RUN_NUMERIC, SIM_FOOTNOTE, comparison_rows, counts_text,
-    gate_text, method_text, run_rows, title_text,
+from ..compare import Comparison
+from ..storage import RunDocument, model_label, slug
+from .digest import (
+    CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows,
+    skipped_caps, skipped_groups, title_text,
 )
-from .sweep import Optimum, Sweep, sweeps
-
-PLOT_METRICS = (("ets", "ETS", "J"), ("time", "T", "s"), ("edp", "EDP", "J s"))
-COLOURS = {"ets": "#1f6fd1", "time": "#1b9e4b", "edp": "#d6452b"}
-BASELINE_COLOUR = "#9a9a9a"
-ETS_OPT_COLOUR = "#e69f00"
-EDP_OPT_COLOUR = "#7b3fb5"
-
-_WIDTH, _HEIGHT = 360, 250
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 30, 44
+from .numbers import cap_sort_key, short_names
+from .plots import heatmap_svg, legend_svg, pareto_svg, sweep_svg
+from .sweep import OPTIMISED, Sweep, sweeps, workload_key
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d1d1f;background:#fff}
-h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.25em;margin:1.6em 0 .4em;border-bottom:1px solid #ddd}
-h3{font-size:1.02em;margin:1.2em 0 .3em;font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
-.sim{background:#fff4d6;border:1px solid #e0b84a;padding:8px 12px;border-radius:6px;font-weight:600}
-.plots{display:flex;flex-wrap:wrap;gap:10px}.plots svg{border:1px solid #e3e3e3;border-radius:4px;background:#fff}
-.optima{margin:.2em 0 .5em}.legend span{margin-right:1.2em;white-space:nowrap}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 7px}
-th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
-tr.regression td{background:#fde2e1}tr.improvement td{background:#e3f6e5}tr.new td{background:#eef4ff}
-tr.missing td{background:#f1f1f1;color:#666}.fail{color:#b3261e;font-weight:700}.pass{color:#1b7f3b;font-weight:700}
-.note{color:#555;font-size:.9em}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;padding:16px 20px;max-width:1600px;
+color:#1d1d1f;background:#fff;line-height:1.4;overflow-wrap:anywhere}
+h1{font-size:1.45em;margin:0 0 .3em}h2{font-size:1.2em;margin:1.4em 0 .4em;border-bottom:1px solid #ddd}
+h3{font-size:1.02em;margin:1em 0 .3em}
+.sim{background:#fff4d6;border:1px solid #b7791f;padding:6px 10px;border-radius:6px;font-weight:600}
+.outcome{font-size:1.15em;margin:.4em 0}.fail{color:#b3261e;font-weight:700}.pass{color:#1b6e34;font-weight:700}
+.counts{margin:.2em 0 .7em}.counts b{color:#b3261e}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:.86em;margin:.4em 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top}
+th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em}
+tr.regression td{background:#fde2e1}tr.improvement td{background:#e3f6e5}tr.inconclusive td{background:#fff8e1}
+td.verdict{font-weight:700;white-space:nowrap}
+details{margin:.35em 0}summary{cursor:pointer;font-weight:600}
+.note{color:#4a4a4a;font-size:.9em}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:12px}
+.grid.pareto{grid-template-columns:repeat(auto-fill,minmax(220px,1fr))}
+.card{border:1px solid #e3e3e3;border-radius:6px;padding:6px;min-width:0}
+.card p{margin:.3em 0;font-size:.85em}
+svg.plot,svg.legend-plot{display:block;width:100%;height:auto}svg.heatmap{max-width:900px}
+svg.legend-plot{max-width:760px}
+svg.plot *,svg.legend-plot *{stroke-linejoin:round;stroke-linecap:butt}
+.warn{color:#b3261e;font-weight:600}
+@media (max-width:640px){
+ body{padding:10px}
+ table.changes thead{display:none}table.changes,table.changes tbody,table.changes tr{display:block;width:100%}
+ table.changes tr{border:1px solid #d0d0d0;margin:0 0 8px;padding:4px}
+ table.changes td{display:inline-block;border:0;padding:1px 6px 1px 0;background:none!important}
+ table.changes tr.regression{background:#fde2e1}table.changes tr.improvement{background:#e3f6e5}
+ table.changes tr.inconclusive{background:#fff8e1}
+ table.changes td[data-label]::before{content:attr(data-label) ": ";color:#4a4a4a;font-weight:400}
+}
 """
 
 
@@ -64,10 +78,15 @@ def html_report(
     if simulated:
         body.append('<p class="sim">SIMULATED: figures marked simulated come from the pytest-gpuenergy GPU '
                     'simulator, not from a real GPU. They are never compared with real measurements.</p>')
-    for item in comparisons:
-        body.append(comparison_section(item))
+    plot_ids = {(doc.run_id, s.workload, s.gpu_index): _plot_id(doc, s) for doc in docs for s in sweeps(doc)}
+    by_run = {doc.run_id: doc for doc in docs}
+    digests = [digest(c, skipped_caps(by_run.get(c.new_run_id))) for c in comparisons]
+    for report in digests:
+        body.append(comparison_section(report, plot_ids))
+    if docs:
+        body.append(overview_section(docs, digests))
     for doc in docs:
-        body.append(run_section(doc, _baseline_for(doc, baselines)))
+        body.append(run_section(doc, _baseline_for(doc, baselines), _regressed(digests, doc)))
     if not docs and not comparisons:
         body.append('<p class="note">Nothing to show: no run and no comparison.</p>')
     return (
@@ -78,234 +97,187 @@ def html_report(
     )
 
 
+def _plot_id(doc: RunDocument, sweep: Sweep) -> str:
+    return "plot-" + slug(f"{doc.gpu_model}-{doc.backend}-{sweep.gpu_index}-{sweep.workload}")
+
+
 def _baseline_for(doc: RunDocument, baselines: Sequence[RunDocument]) -> RunDocument | None:
     same = [b for b in baselines if (b.backend, b.gpu_model, b.simulated) == (doc.backend, doc.gpu_model, doc.simulated)]
     return same[-1] if same else None
 
 
-# -- sections --------------------------------------------------------------------------------------
+def _regressed(digests: Sequence[Digest], doc: RunDocument) -> set[tuple[str, str, int]]:
+    """(workload, cap, GPU index) of the regressed cases of ``doc``."""
+    return {(workload_key(c.case_id, c.cap), c.cap, c.gpu_index)
+            for d in digests if d.comparison.new_run_id == doc.run_id for c in d.comparison.regressions}
 
-def comparison_section(comparison: Comparison) -> str:
+
+# -- the comparison --------------------------------------------------------------------------------
+
+def comparison_section(report: Digest, plot_ids: dict[tuple[str, str, int], str]) -> str:
+    comparison = report.comparison
     parts = [f"<section class=\"comparison\"><h2>Comparison: {escape(title_text(comparison))}</h2>"]
-    if comparison.old_machine is not None:
-        parts.append(f"<p>Baseline: {escape(comparison.old_machine.describe())}<br>"
-                     f"This run: {escape(comparison.new_machine.describe())}</p>")
     if not comparison.comparable:
         parts += [f"<p class=\"fail\">Not compared: {escape(note)}</p>" for note in comparison.notes]
         return "".join(parts) + "</section>"
-    outcome = '<span class="fail">FAILED</span>' if comparison.failed else '<span class="pass">passed</span>'
-    parts.append(f"<p>Gate {outcome}: {escape(counts_text(comparison))}. {escape(gate_text(comparison))}.</p>")
-    if comparison.cases:
-        classes = [c.verdict if c.status == COMPARED else c.status for c in comparison.cases]
-        parts.append(html_table(COMPARISON_HEADER, comparison_rows(comparison), COMPARISON_NUMERIC, classes))
-        parts.append(f"<p class=\"note\">{escape(method_text(comparison))}</p>")
-    if any(c.simulated for c in comparison.cases):
-        parts.append(f"<p class=\"note\">{escape(SIM_FOOTNOTE)}</p>")
-    notes = list(comparison.notes) + [f"{c.case_id} [{c.cap}]: {n}" for c in comparison.cases for n in c.notes]
-    if notes:
-        parts.append("<ul class=\"note\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    outcome = {"FAILED": '<span class="fail">Gate FAILED</span>', "passed": '<span class="pass">Gate passed</span>'}
+    parts.append(f"<p class=\"outcome\">{outcome.get(report.outcome, 'Changes reported (nothing gated)')}</p>")
+    counts = " · ".join(f"<b>{n} {w}</b>" if n and w in ("regressed", "inconclusive") else f"{n} {w}"
+                        for w, n in report.counts())
+    parts.append(f"<p class=\"counts\">{counts}</p>")
+    if report.changed:
+        parts.append(_changes_table(report, report.changed, plot_ids))
+    elif comparison.cases:
+        parts.append("<p>No case changed beyond its threshold.</p>")
+    parts.append(_folded(report, plot_ids))
+    parts.append(_context(report))
     return "".join(parts) + "</section>"
 
 
-def run_section(doc: RunDocument, baseline: RunDocument | None = None) -> str:
-    parts = [f"<section class=\"run\"><h2>{escape(model_label(doc.gpu_model, doc.backend, doc.simulated))}</h2>",
-             f"<p class=\"note\">Run {escape(doc.describe())}</p>", _legend(baseline is not None)]
+def _changes_table(report: Digest, rows: Sequence, plot_ids: dict[tuple[str, str, int], str]) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in CHANGE_COLUMNS) + "<th>plot</th>"
+    body = []
+    for row in rows:
+        cells = row.cells()
+        case = row.case
+        out = []
+        for column in CHANGE_COLUMNS:
+            text = escape(cells[column])
+            if column == "test":
+                text = f'<code title="{escape(case.case_id)}">{text}</code>'
+            css = "verdict" if column == "verdict" else "num" if column in ("old", "new", "change", "interval") else ""
+            out.append(f'<td class="{css}" data-label="{column}">{text}</td>')
+        target = plot_ids.get((report.comparison.new_run_id, workload_key(case.case_id, case.cap), case.gpu_index))
+        link = f'<a href="#{target}">plot</a>' if target else ""
+        out.append(f"<td>{link}</td>")
+        body.append(f'<tr class="{escape(case.verdict)}">{"".join(out)}</tr>')
+    return f'<div class="scroll"><table class="changes"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _folded(report: Digest, plot_ids: dict[tuple[str, str, int], str]) -> str:
+    parts = []
+    if report.inconclusive:
+        parts.append(_details(f"{len(report.inconclusive)} inconclusive: cannot tell (the interval is wider than the "
+                              f"threshold); {report.hint()}", _changes_table(report, report.inconclusive, plot_ids)))
+    for word, cases in (("unchanged", report.unchanged), ("new (no baseline)", report.new),
+                        ("missing from this run", report.missing)):
+        if cases:
+            cells = [case_cells(c, report.name(c)) for c in cases]
+            header = list(cells[0])
+            rows = [[c[h] for h in header] for c in cells]
+            parts.append(_details(f"{len(cases)} {word}", html_table(header, rows, numeric=range(4, len(header)))))
+    groups = skipped_groups(report.skipped)
+    if groups:
+        items = "".join(f"<li>cap {escape(cap)}, {len(tests)} test{'s' if len(tests) != 1 else ''}: {escape(reason)}</li>"
+                        for cap, reason, tests in groups)
+        parts.append(_details(f"{len(report.skipped)} skipped (caps outside the GPU's range)", f"<ul>{items}</ul>"))
+    ids = report.full_ids()
+    if ids:
+        items = "".join(f"<li><code>{escape(short)}</code>: <code>{escape(full)}</code></li>" for short, full in ids)
+        parts.append(_details("Test ids", f"<ul class=\"note\">{items}</ul>"))
+    return "".join(parts)
+
+
+def _context(report: Digest) -> str:
+    comparison = report.comparison
+    lines = []
+    if comparison.old_machine is not None:
+        lines.append(f"Baseline: {escape(comparison.old_machine.describe())}")
+    lines.append(f"This run: {escape(comparison.new_machine.describe())}")
+    lines.append(f"Gate: {escape(gate_text(comparison))}")
+    lines.append(escape(method_text(comparison)))
+    if comparison.simulated:
+        lines.append(escape(SIM_FOOTNOTE))
+    notes = "".join(f"<li>{escape(n)}</li>" for n in grouped_notes(comparison, report.names))
+    return f"<p class=\"note\">{'<br>'.join(lines)}</p>" + (f"<ul class=\"note\">{notes}</ul>" if notes else "")
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{escape(summary)}</summary>{body}</details>"
+
+
+# -- the overview ------------------------------------------------------------------------------------
+
+def overview_section(docs: Sequence[RunDocument], digests: Sequence[Digest]) -> str:
+    """A heatmap per run (workloads x caps) and a Pareto view per workload across GPU models."""
+    parts = ["<section class=\"overview\"><h2>Overview</h2>"]
+    names = short_names(s.workload for doc in docs for s in sweeps(doc))
+    by_workload: dict[str, list[tuple[str, Sweep]]] = {}
+    for doc in docs:
+        found = sweeps(doc)
+        caps = _caps(found)
+        rows = [(names[s.workload] + (f" (GPU {s.gpu_index})" if s.gpu_index else ""), s.points) for s in found]
+        outlined = {(names[w] + (f" (GPU {g})" if g else ""), cap) for w, cap, g in _regressed(digests, doc)}
+        hatched = {(names[s.workload] + (f" (GPU {s.gpu_index})" if s.gpu_index else ""), x.point.cap)
+                   for s in found for x in s.suspects()}
+        label = model_label(doc.gpu_model, doc.backend, doc.simulated)
+        if len(caps) > 1:
+            parts.append(f"<h3>{escape(label)}: ETS against the default limit</h3>")
+            parts.append(heatmap_svg(rows, caps, title=label, outlined=outlined, hatched=hatched))
+            parts.append('<p class="note">Each cell: ETS at that cap against the same workload at the default limit, '
+                         'in per cent (negative: less energy). Black outline: a regressed case; red hatching: a suspect '
+                         'figure (faster than at the default limit).</p>')
+        for sweep in found:
+            by_workload.setdefault(sweep.workload, []).append((label, sweep))
+    pareto = [pareto_svg(names[w], series, element_id="pareto-" + slug(w)) for w, series in by_workload.items()
+              if any(len(s.points) > 1 for _, s in series)]
+    if pareto:
+        parts.append("<h3>ETS against T per workload (Pareto view)</h3>")
+        parts.append('<p class="note">Each point is a cap; filled points are caps no other cap beats in both energy '
+                     'and time; the star is the default limit.</p>')
+        parts.append('<div class="grid pareto">' + "".join(f'<div class="card">{svg}</div>' for svg in pareto) + "</div>")
+    return "".join(parts) + "</section>"
+
+
+def _caps(found: Sequence[Sweep]) -> list[str]:
+    pairs = {(p.cap, p.limit_enforced_w) for s in found for p in s.points}
+    return list(dict.fromkeys(cap for cap, _ in sorted(pairs, key=lambda c: cap_sort_key(*c))))
+
+
+# -- the sweeps ------------------------------------------------------------------------------------
+
+def run_section(doc: RunDocument, baseline: RunDocument | None = None,
+                regressed: set[tuple[str, str, int]] | None = None) -> str:
+    label = model_label(doc.gpu_model, doc.backend, doc.simulated)
+    parts = [f"<section class=\"run\"><h2>Sweeps: {escape(label)}</h2>",
+             f"<p class=\"note\">Run {escape(doc.describe())}</p>", legend_svg(baseline is not None)]
     old = {(s.workload, s.gpu_index): s for s in sweeps(baseline)} if baseline is not None else {}
-    for sweep in sweeps(doc):
-        parts.append(sweep_block(sweep, old.get((sweep.workload, sweep.gpu_index))))
-    parts.append(f"<details><summary>All results ({len(doc.cases)} cases)</summary>"
-                 + html_table(RUN_HEADER, run_rows(doc), RUN_NUMERIC) + "</details>")
+    found = sweeps(doc)
+    names = short_names(s.workload for s in found)
+    cards = [sweep_card(doc, s, old.get((s.workload, s.gpu_index)), names[s.workload], regressed or set())
+             for s in found]
+    parts.append('<div class="grid">' + "".join(cards) + "</div>")
+    parts.append(_details(f"All results ({len(doc.cases)} cases)", _results_table(doc)))
     if doc.simulated:
         parts.append(f"<p class=\"note\">{escape(SIM_FOOTNOTE)}</p>")
     return "".join(parts) + "</section>"
 
 
-def sweep_block(sweep: Sweep, baseline: Sweep | None = None) -> str:
-    """One workload on one GPU: the optima in words and the three plots."""
-    optima = {metric: sweep.optimum(metric) for metric in ("ets", "edp")}
-    sim = " (simulated)" if sweep.simulated else ""
-    lines = [f"<div class=\"workload\"><h3>{escape(sweep.workload)} &mdash; GPU {sweep.gpu_index}{sim}</h3>"]
-    texts = [o.describe() for o in optima.values() if o is not None]
+def sweep_card(doc: RunDocument, sweep: Sweep, baseline: Sweep | None, name: str,
+               regressed: set[tuple[str, str, int]]) -> str:
+    """One workload on one GPU: the plots, then the optima and their caveats in words."""
+    optima = {metric: sweep.optimum(metric) for metric in OPTIMISED}
+    caps = [cap for workload, cap, gpu in regressed if workload == sweep.workload and gpu == sweep.gpu_index]
+    svg = sweep_svg(sweep, optima, baseline, name=name, element_id=_plot_id(doc, sweep), regressed_caps=caps)
+    texts = []
     if len(sweep.points) < 2:
-        texts = [f"one cap measured ({sweep.points[0].cap}): run more caps (--gpu-caps) to find the optimum"]
-    lines.append(f"<p class=\"optima\">{escape('; '.join(texts))}</p><div class=\"plots\">")
-    for metric, label, unit in PLOT_METRICS:
-        lines.append(plot_svg(sweep, metric, label, unit, optima, baseline))
-    return "".join(lines) + "</div></div>"
+        texts.append(f"one cap measured ({escape(sweep.points[0].cap)}): run with several --gpu-caps to find the "
+                     f"optimal cap")
+    else:
+        texts += [escape(o.describe()) for o in optima.values() if o is not None]
+    texts += [f'<span class="warn">{escape(s.describe())}</span>' for s in sweep.suspects()]
+    words = "".join(f"<p>{t}</p>" for t in texts)
+    return f'<div class="card">{svg}<p class="note"><code>{escape(sweep.workload)}</code></p>{words}</div>'
 
 
-def _legend(with_baseline: bool) -> str:
-    items = [
-        f'<span><svg width="14" height="14"><circle cx="7" cy="7" r="5" fill="none" stroke="{ETS_OPT_COLOUR}" '
-        'stroke-width="2.5"/></svg> energy-optimal cap (least ETS)</span>',
-        f'<span><svg width="14" height="14"><path d="M7 1 L13 7 L7 13 L1 7 Z" fill="none" stroke="{EDP_OPT_COLOUR}" '
-        'stroke-width="2.5"/></svg> EDP-optimal cap (least ETS x T)</span>',
-        '<span><svg width="22" height="14"><line x1="1" y1="7" x2="21" y2="7" stroke="#777" stroke-dasharray="4 3"/>'
-        '</svg> default limit</span>',
-        '<span>error bars: &plusmn;1 standard deviation of the repetitions</span>',
-    ]
-    if with_baseline:
-        items.insert(3, f'<span><svg width="22" height="14"><line x1="1" y1="7" x2="21" y2="7" stroke="{BASELINE_COLOUR}" '
-                        'stroke-width="2" stroke-dasharray="5 3"/></svg> baseline run</span>')
-    return f"<p class=\"legend note\">{''.join(items)}</p>"
+def _results_table(doc: RunDocument) -> str:
+    header, rows = results_rows(doc)
+    return html_table(header, rows, numeric=range(3, len(header)))
 
 
-def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int],
-               row_classes: Sequence[str] | None = None) -> str:
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] | range = ()) -> str:
+    numeric = set(numeric)
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        cls = f' class="{escape(row_classes[i])}"' if row_classes else ""
-        cells = "".join(
-            f'<td class="{"num" if j in numeric else ("id" if j == 0 else "")}">{escape(cell)}</td>'
-            for j, cell in enumerate(row)
-        )
-        body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-# -- plots -----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Scale:
-    """Maps data to SVG pixels on one axis."""
-
-    lo: float
-    hi: float
-    start_px: float
-    end_px: float
-
-    def __call__(self, value: float) -> float:
-        return self.start_px + (value - self.lo) / (self.hi - self.lo) * (self.end_px - self.start_px)
-
-
-def plot_svg(sweep: Sweep, metric: str, label: str, unit: str, optima: dict[str, Optimum | None],
-             baseline: Sweep | None = None) -> str:
-    """One metric against the enforced limit, as an inline SVG element."""
-    points = sweep.points
-    xs = [p.limit_enforced_w for p in points] + [sweep.default_limit_w]
-    ys = [p.value(metric) + s * p.spread(metric) for p in points for s in (-1, 1)]
-    if baseline is not None:
-        xs += [p.limit_enforced_w for p in baseline.points]
-        ys += [p.value(metric) for p in baseline.points]
-    x = _Scale(*_padded(min(xs), max(xs), 0.06), _LEFT, _WIDTH - _RIGHT)
-    y_lo, y_hi = _padded(min(ys), max(ys), 0.10)
-    y = _Scale(y_lo, y_hi, _HEIGHT - _BOTTOM, _TOP)
-    colour = COLOURS[metric]
-    sim = " (simulated)" if sweep.simulated else ""
-    title = f"{label} ({unit}) against the power limit{sim}"
-    out = [f'<svg class="plot plot-{metric}" width="{_WIDTH}" height="{_HEIGHT}" '
-           f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>']
-    out.append(_axes(x, y, label, unit))
-    if sweep.simulated:
-        out.append(f'<text x="{(_LEFT + _WIDTH - _RIGHT) / 2:.1f}" y="{(_TOP + _HEIGHT - _BOTTOM) / 2 + 10:.1f}" '
-                   'text-anchor="middle" font-size="30" font-weight="700" fill="#000" fill-opacity="0.06" '
-                   'class="sim-watermark">SIMULATED</text>')
-    dx = x(sweep.default_limit_w)
-    out.append(f'<line x1="{dx:.1f}" y1="{_TOP}" x2="{dx:.1f}" y2="{_HEIGHT - _BOTTOM}" stroke="#777" '
-               f'stroke-dasharray="4 3" class="default-limit"><title>default limit {sweep.default_limit_w:g} W</title></line>')
-    if baseline is not None:
-        out.append(_series(baseline, metric, x, y, BASELINE_COLOUR, dashed=True))
-    out.append(_series(sweep, metric, x, y, colour, dashed=False))
-    out += _optimum_markers(metric, optima, x, y)
-    out.append(f'<text x="{_WIDTH / 2:.1f}" y="18" text-anchor="middle" font-size="13" font-weight="600" '
-               f'fill="#1d1d1f">{escape(label + sim)}</text></svg>')
-    return "".join(out)
-
-
-def _series(sweep: Sweep, metric: str, x: _Scale, y: _Scale, colour: str, *, dashed: bool) -> str:
-    pts = [(x(p.limit_enforced_w), y(p.value(metric)), p) for p in sweep.points]
-    dash = ' stroke-dasharray="5 3"' if dashed else ""
-    kind = "baseline" if dashed else "series"
-    out = [f'<g class="{kind}">']
-    if len(pts) > 1:
-        coords = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in pts)
-        out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2.5"{dash}/>')
-    for px, py, p in pts:
-        spread = p.spread(metric)
-        if spread > 0 and not dashed:
-            top, bottom = y(p.value(metric) + spread), y(p.value(metric) - spread)
-            out.append(f'<line x1="{px:.1f}" y1="{top:.1f}" x2="{px:.1f}" y2="{bottom:.1f}" stroke="{colour}" stroke-width="1.5"/>'
-                       f'<line x1="{px - 4:.1f}" y1="{top:.1f}" x2="{px + 4:.1f}" y2="{top:.1f}" stroke="{colour}" stroke-width="1.5"/>'
-                       f'<line x1="{px - 4:.1f}" y1="{bottom:.1f}" x2="{px + 4:.1f}" y2="{bottom:.1f}" stroke="{colour}" stroke-width="1.5"/>')
-        tip = f"{p.cap}: {p.limit_enforced_w:g} W, {p.value(metric):.4g} (n={p.n})"
-        out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{3 if dashed else 4}" fill="{colour}">'
-                   f"<title>{escape(tip)}</title></circle>")
-    return "".join(out) + "</g>"
-
-
-def _optimum_markers(metric: str, optima: dict[str, Optimum | None], x: _Scale, y: _Scale) -> list[str]:
-    out = []
-    ets_opt, edp_opt = optima.get("ets"), optima.get("edp")
-    if ets_opt is not None:
-        p = ets_opt.point
-        px, py = x(p.limit_enforced_w), y(p.value(metric))
-        out.append(f'<circle class="optimal-ets" cx="{px:.1f}" cy="{py:.1f}" r="9" fill="none" stroke="{ETS_OPT_COLOUR}" '
-                   f'stroke-width="3"><title>energy-optimal cap {escape(p.cap)}: ETS {ets_opt.saving_pct:.1f} % '
-                   f'below the reference</title></circle>')
-        if metric == "ets":
-            out.append(_marker_label(px, py, f"min ETS {p.limit_enforced_w:g} W, -{ets_opt.saving_pct:.1f}%", ETS_OPT_COLOUR))
-    if edp_opt is not None:
-        p = edp_opt.point
-        px, py = x(p.limit_enforced_w), y(p.value(metric))
-        out.append(f'<path class="optimal-edp" d="M{px:.1f} {py - 12:.1f} L{px + 12:.1f} {py:.1f} L{px:.1f} {py + 12:.1f} '
-                   f'L{px - 12:.1f} {py:.1f} Z" fill="none" stroke="{EDP_OPT_COLOUR}" stroke-width="2.5">'
-                   f'<title>EDP-optimal cap {escape(p.cap)}: EDP {edp_opt.saving_pct:.1f} % below the reference</title></path>')
-        if metric == "edp":
-            out.append(_marker_label(px, py, f"min EDP {p.limit_enforced_w:g} W, -{edp_opt.saving_pct:.1f}%", EDP_OPT_COLOUR))
-    return out
-
-
-def _marker_label(px: float, py: float, text: str, colour: str) -> str:
-    anchor = "start" if px < (_LEFT + _WIDTH - _RIGHT) / 2 else "end"
-    shift = 14 if anchor == "start" else -14
-    ty = py - 14 if py > _TOP + 24 else py + 24
-    return (f'<text x="{px + shift:.1f}" y="{ty:.1f}" text-anchor="{anchor}" font-size="11" font-weight="600" '
-            f'fill="{colour}" stroke="#fff" stroke-width="3" paint-order="stroke" class="optimum-label">{escape(text)}</text>')
-
-
-def _axes(x: _Scale, y: _Scale, label: str, unit: str) -> str:
-    bottom, right = _HEIGHT - _BOTTOM, _WIDTH - _RIGHT
-    out = [f'<rect x="{_LEFT}" y="{_TOP}" width="{right - _LEFT}" height="{bottom - _TOP}" fill="none" stroke="#bbb"/>']
-    for tick in nice_ticks(y.lo, y.hi):
-        py = y(tick)
-        out.append(f'<line x1="{_LEFT}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" stroke="#eee"/>'
-                   f'<text x="{_LEFT - 6}" y="{py + 4:.1f}" text-anchor="end" font-size="10" fill="#444">{_tick_text(tick)}</text>')
-    for tick in nice_ticks(x.lo, x.hi):
-        px = x(tick)
-        out.append(f'<line x1="{px:.1f}" y1="{bottom}" x2="{px:.1f}" y2="{bottom + 4}" stroke="#888"/>'
-                   f'<text x="{px:.1f}" y="{bottom + 16}" text-anchor="middle" font-size="10" fill="#444">{_tick_text(tick)}</text>')
-    out.append(f'<text x="{(_LEFT + right) / 2:.1f}" y="{_HEIGHT - 8}" text-anchor="middle" font-size="11" fill="#333">'
-               "enforced power limit (W)</text>")
-    out.append(f'<text transform="translate(14 {(_TOP + bottom) / 2:.1f}) rotate(-90)" text-anchor="middle" '
-               f'font-size="11" fill="#333">{escape(f"{label} ({unit})")}</text>')
-    return "".join(out)
-
-
-def _padded(lo: float, hi: float, fraction: float) -> tuple[float, float]:
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return 0.0, 1.0
-    if hi - lo <= 1e-12 * max(abs(hi), 1.0):
-        pad = abs(hi) * 0.1 or 1.0
-        return lo - pad, hi + pad
-    pad = (hi - lo) * fraction
-    return lo - pad, hi + pad
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values (1, 2, 2.5, 5 x 10^k apart) inside [lo, hi]."""
-    raw = (hi - lo) / max(count, 1)
-    if not raw > 0 or not math.isfinite(raw):
-        return [lo]
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(lo / step) * step
-    ticks, value = [], first
-    while value <= hi + step * 1e-9:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
-
-
-def _tick_text(value: float) -> str:
-    return f"{value:.4g}"
+    body = "".join("<tr>" + "".join(f'<td class="{"num" if j in numeric else ""}">{escape(cell)}</td>'
+                                    for j, cell in enumerate(row)) + "</tr>" for row in rows)
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'

@@ -1,9 +1,15 @@
 """A machine-readable report of runs and comparisons, for dashboards and scripts.
 
 Unlike a run document (the raw repetitions, for a later comparison), the report carries the
-conclusions: per case the means, per workload the optimal caps, and per compared case each
-metric's change, bounds and verdict. Its own ``format``/``version`` pair lets readers check
-what they got. Undefined figures are ``null`` (JSON has no NaN).
+conclusions: per case the means, per workload the optimal caps with their caveats, and per
+compared case each metric's change, bounds and verdict. Its own ``format``/``version`` pair lets
+readers check what they got. Undefined figures are ``null`` (JSON has no NaN).
+
+Version 2 (from version 1): verdicts ``inconclusive`` and ``unchanged`` replace ``noise``; each
+metric has a ``hint``; each comparison has ``summary`` (the counts line's counts, the changed and
+inconclusive case ids in the reports' order, the skipped caps); each optimum says whether it is
+``distinguishable`` from its neighbours, its ``edge`` and the GPU's range, and each run lists its
+``suspects``. Every version 1 key is still there with its meaning.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from typing import Any, Sequence
 
 from ..compare import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
 from ..storage import RunDocument
-from .sweep import OPTIMISED, Optimum, sweeps, workload_key
+from .digest import digest, skipped_caps
+from .sweep import OPTIMISED, optimum_data, sweeps, workload_key
 
 REPORT_FORMAT = "pytest-gpuenergy-report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 def json_report(docs: Sequence[RunDocument] = (), comparison: Comparison | Sequence[Comparison] | None = None) -> str:
@@ -33,8 +40,12 @@ def report_data(docs: Sequence[RunDocument] = (), comparison: Comparison | Seque
         "simulated": any(d.simulated for d in docs) or any(c.simulated for c in comparisons),
         "failed": any(c.failed for c in comparisons),
         "runs": [run_data(doc) for doc in docs],
-        "comparisons": [comparison_data(c) for c in comparisons],
+        "comparisons": [comparison_data(c, _new_doc(c, docs)) for c in comparisons],
     })
+
+
+def _new_doc(comparison: Comparison, docs: Sequence[RunDocument]) -> RunDocument | None:
+    return next((doc for doc in docs if doc.run_id == comparison.new_run_id), None)
 
 
 def run_data(doc: RunDocument) -> dict[str, Any]:
@@ -50,32 +61,25 @@ def run_data(doc: RunDocument) -> dict[str, Any]:
             "mean_power_w": summary.mean_power_w, "peak_power_w": summary.peak_power_w,
             "ets_std_j": summary.ets_std_j, "ets_cv": summary.ets_cv, "notes": list(entry.notes),
         })
-    optima = []
+    optima, suspects = [], []
     for sweep in sweeps(doc):
         found = {metric: sweep.optimum(metric) for metric in OPTIMISED}
         optima.append({
             "workload": sweep.workload, "gpu_index": sweep.gpu_index, "caps": len(sweep.points),
-            "energy_optimal": _optimum(found["ets"]), "edp_optimal": _optimum(found["edp"]),
+            "energy_optimal": optimum_data(found["ets"]), "edp_optimal": optimum_data(found["edp"]),
         })
+        suspects += [{"workload": sweep.workload, "gpu_index": sweep.gpu_index, "cap": x.point.cap,
+                      "time_change_pct": x.change.change_pct, "reason": x.describe()} for x in sweep.suspects()]
     return {
         "run_id": doc.run_id, "created_at": doc.created_at.isoformat(), "backend": doc.backend,
         "simulated": doc.simulated, "gpu_model": doc.gpu_model, "commit": doc.commit,
-        "cases": cases, "optima": optima,
+        "cases": cases, "optima": optima, "suspects": suspects,
+        "skipped": [vars(item) for item in skipped_caps(doc)],
     }
 
 
-def _optimum(found: Optimum | None) -> dict[str, Any] | None:
-    if found is None:
-        return None
-    return {
-        "cap": found.point.cap, "limit_enforced_w": found.point.limit_enforced_w,
-        "value": found.point.value(found.metric), "reference_cap": found.reference.cap,
-        "reference_limit_w": found.reference.limit_enforced_w, "reference_is_default": found.reference_is_default,
-        "saving_pct": found.saving_pct, "time_change_pct": found.time_change_pct,
-    }
-
-
-def comparison_data(comparison: Comparison) -> dict[str, Any]:
+def comparison_data(comparison: Comparison, new_doc: RunDocument | None = None) -> dict[str, Any]:
+    report = digest(comparison, skipped_caps(new_doc))
     return {
         "old_run": _run_info(comparison.old_machine),
         "new_run": _run_info(comparison.new_machine),
@@ -87,7 +91,18 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
         "counts": comparison.counts(),
         "notes": list(comparison.notes),
         "cases": [_case(c) for c in comparison.cases],
+        "summary": {
+            "outcome": report.outcome, "counts": dict(report.counts()),
+            "changed": [_key(r.case) for r in report.changed],
+            "inconclusive": [_key(r.case) for r in report.inconclusive],
+            "inconclusive_hint": report.hint() or None,
+            "skipped": [vars(item) for item in report.skipped],
+        },
     }
+
+
+def _key(case: CaseComparison) -> dict[str, Any]:
+    return {"case_id": case.case_id, "cap": case.cap, "gpu_index": case.gpu_index, "verdict": case.verdict}
 
 
 def _run_info(info: RunInfo | None) -> dict[str, Any] | None:
@@ -113,7 +128,7 @@ def _metric(change: MetricChange) -> dict[str, Any]:
         "old_mean": change.old_mean, "new_mean": change.new_mean, "old_n": change.old_n, "new_n": change.new_n,
         "change_pct": change.change_pct, "ci_low_pct": change.ci_low_pct, "ci_high_pct": change.ci_high_pct,
         "confidence": change.confidence, "threshold_pct": change.threshold_pct, "method": change.method,
-        "verdict": change.verdict, "reason": change.reason,
+        "verdict": change.verdict, "reason": change.reason, "hint": change.hint or None,
     }
 
 

@@ -1,43 +1,251 @@
-"""The end-of-session table in the terminal."""
+"""The terminal: the comparison led by what changed, and the results, both within ``COLUMNS``.
+
+A table that is wider than the terminal wraps into unreadable noise, so every table here is
+fitted to the width: names are cut in the middle first (``alex…-train``), then the least needed
+columns go (the old figure, the interval), and prose wraps at word boundaries. A gated run
+prints the comparison only (the results it compares are in it); the folded parts are counts.
+"""
 
 from __future__ import annotations
 
+import shutil
+import textwrap
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from ..compare import Comparison
+from ..storage import CaseEntry, RunDocument
+from .digest import (
+    CHANGE_COLUMNS, SIM_FOOTNOTE, SIM_MARK, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
+    title_text,
+)
+from .numbers import cap_sort_key, elide, short_names, si
+from .sweep import workload_key
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Iterable[int] = ()) -> list[str]:
-    """Plain aligned columns; ``right`` are the indices of right-aligned (numeric) columns."""
-    right = set(right)
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+DEFAULT_WIDTH = 80
+_GAP = "  "
+_MIN_NAME = 8
+_COMFORT_NAME = 14
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` when set, else the terminal's width, else 80 (a CI log, a pipe)."""
+    return max(40, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: ``drop`` > 0 may go when the table is too wide (highest first); ``elide`` may be cut."""
+
+    title: str
+    right: bool = False
+    drop: int = 0
+    elide: bool = False
+
+
+def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """Aligned columns no wider than ``width``: names cut to a readable length, then columns go.
+
+    Order: cut the names down to ``_COMFORT_NAME``; drop columns by ``drop`` (highest first),
+    giving the names back what is freed; cut the names down to ``_MIN_NAME``; cut the lines.
+    """
+    natural = [max([len(c.title)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    keep = list(range(len(columns)))
+    size = list(natural)
+
+    def excess() -> int:
+        return sum(size[i] for i in keep) + len(_GAP) * (len(keep) - 1) - width
+
+    def fit_names(floor: int) -> None:
+        for i in keep:
+            if columns[i].elide:
+                size[i] = max(min(floor, natural[i]), min(natural[i], size[i] - excess()))
+
+    fit_names(_COMFORT_NAME)
+    while excess() > 0 and any(columns[i].drop for i in keep):
+        keep.remove(max((i for i in keep if columns[i].drop), key=lambda i: columns[i].drop))
+        for i in keep:
+            if columns[i].elide and excess() < 0:     # give the names back what the dropped column freed
+                size[i] = min(natural[i], size[i] - excess())
+    fit_names(_MIN_NAME)
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
+        parts = []
+        for i in keep:
+            text = elide(cells[i], size[i])
+            parts.append(text.rjust(size[i]) if columns[i].right else text.ljust(size[i]))
+        return _GAP.join(parts).rstrip()[:width]
 
-    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    rule = _GAP.join("-" * size[i] for i in keep)[:width]
+    return [line([c.title for c in columns]), rule] + [line(r) for r in rows]
 
 
-def results_table(cases: Iterable) -> list[str]:
-    """One row per case and GPU: ETS, T, EDP, mean power, repetitions and spread."""
-    rows, simulated = [], False
-    for case in cases:
-        result = case.merged
-        for gpu in result.per_gpu:
-            summary = gpu.summary
-            simulated = simulated or gpu.simulated
-            share = summary.ets_bound_share
-            rows.append([
-                case.test_id, gpu.cap_label, f"{gpu.gpu_index}",
-                f"{summary.ets_j:.4g}", "-" if share is None else f"±{100 * share:.1f}%",
-                f"{summary.time_s:.4g}", f"{summary.edp_js:.4g}",
-                f"{summary.mean_power_w:.4g}", f"{summary.n}",
-                f"{summary.ets_cv * 100:.1f}%" if summary.n > 1 else "-",
-                gpu.method + (" (sim)" if gpu.simulated else ""),
-            ])
-    header = ["test", "cap", "gpu", "ETS J", "bound", "T s", "EDP J s", "P W", "n", "cv", "method"]
-    lines = format_table(header, rows, right=range(3, 10))
-    lines.append("bound: how far the true ETS may lie from the figure (the meter's bound, widest side)")
-    if simulated:
-        lines.append("(sim): figures from the GPU simulator, not measured on a real GPU")
+def wrap(text: str, width: int, indent: str = "") -> list[str]:
+    """Prose wrapped at ``width``; continuation lines indented by two more spaces."""
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False) or [indent.rstrip()]
+
+
+# -- the comparison --------------------------------------------------------------------------------
+
+CHANGE_TABLE = (
+    Column("verdict"), Column("test", elide=True), Column("cap"), Column("metric", drop=2),
+    Column("old", right=True, drop=3), Column("new", right=True), Column("change", right=True),
+    Column("interval", drop=1),
+)
+assert tuple(c.title for c in CHANGE_TABLE) == CHANGE_COLUMNS
+
+
+def comparison_lines(comparison: Comparison, width: int | None = None, skipped: Sequence = ()) -> list[str]:
+    """The comparison for the terminal: the outcome and counts, the changed cases, then the rest as counts."""
+    width = width or terminal_width()
+    report = digest(comparison, skipped)
+    lines = wrap(f"energy comparison: {title_text(comparison)}", width)
+    if not comparison.comparable:
+        return lines + [w for note in comparison.notes for w in wrap(f"note: {note}", width, "  ")]
+    lines += wrap(f"{report.outcome}: {report.counts_text()}", width)
+    if report.changed:
+        rows = [[row.cells()[c] for c in CHANGE_COLUMNS] for row in report.changed]
+        lines += fit_table(CHANGE_TABLE, rows, width)
+    lines += _folded_lines(report, width)
+    lines += _context_lines(report, width)
+    for detail in regression_details(comparison):
+        lines += textwrap.wrap(detail, width=width, subsequent_indent="  ", break_on_hyphens=False)
     return lines
+
+
+def _folded_lines(report: Digest, width: int) -> list[str]:
+    """Everything that is not a change, as counts (the reports list them)."""
+    out = []
+    if report.inconclusive:
+        top = report.inconclusive[0]
+        out += wrap(f"{len(report.inconclusive)} inconclusive (cannot tell: the interval is wider than the threshold; "
+                    f"largest {top.name} {top.case.cap} {top.cells()['change']}): {report.hint()}", width)
+    rest = [f"{len(items)} {word}" for word, items in (("unchanged", report.unchanged), ("new", report.new),
+                                                       ("missing from this run", report.missing)) if items]
+    if rest:
+        out += wrap(", ".join(rest) + " (listed in the Markdown and HTML reports)", width)
+    for cap, reason, tests in skipped_groups(report.skipped):
+        out += wrap(f"skipped: cap {cap} for {len(tests)} test{'s' if len(tests) != 1 else ''}: {reason}", width)
+    return out
+
+
+def _context_lines(report: Digest, width: int) -> list[str]:
+    comparison = report.comparison
+    out = []
+    if comparison.old_machine is not None:
+        out += wrap(f"baseline: {comparison.old_machine.describe()}", width)
+    out += wrap(f"this run: {comparison.new_machine.describe()}", width)
+    out += wrap(f"gate: {gate_text(comparison)}", width)
+    if comparison.simulated:
+        out += wrap(SIM_FOOTNOTE, width)
+    for note in grouped_notes(comparison, report.names):
+        out += wrap(f"note: {note}", width)
+    return out
+
+
+def tables_for(comparisons: Sequence[Comparison], width: int | None = None,
+               skipped: Sequence = ()) -> list[str]:
+    """Several comparisons (one per GPU model) one after the other, a blank line between."""
+    lines: list[str] = []
+    for comparison in comparisons:
+        if lines:
+            lines.append("")
+        lines += comparison_lines(comparison, width, skipped)
+    return lines
+
+
+# -- results -----------------------------------------------------------------------------------------
+
+def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> list[str]:
+    """A run's results: one row per workload with its ETS at each cap across, or one row per case.
+
+    The matrix is used when it fits ``width`` (the usual sweep); otherwise a row per case with
+    as many figures as fit.
+    """
+    width = width or terminal_width()
+    if not entries:
+        return []
+    caps = sorted({(e.cap, e.limit_enforced_w) for e in entries}, key=lambda c: cap_sort_key(*c))
+    cap_labels = list(dict.fromkeys(c for c, _ in caps))
+    names = short_names(workload_key(e.case_id, e.cap) for e in entries)
+    simulated = any(e.simulated for e in entries)
+    lines: list[str] = []
+    if len(cap_labels) > 1:
+        matrix = _matrix(entries, cap_labels, names)
+        if matrix and max(len(line) for line in matrix) <= width:
+            lines = [f"ETS per call at each cap ({len(entries)} cases):"] + matrix
+    if not lines:
+        lines = _long_table(entries, names, width)
+    lines += wrap(_bound_line(entries, names), width)
+    lines += wrap("method: " + ", ".join(sorted({_method(e) for e in entries})), width)
+    if any(n != w for w, n in names.items()):
+        lines += wrap("test: the workload's parameters; full ids in the JSON, Markdown and HTML reports", width)
+    if simulated:
+        lines += wrap(SIM_FOOTNOTE, width)
+    return lines
+
+
+def _bound_share(entry: CaseEntry) -> float | None:
+    return entry.summary.ets_bound_share
+
+
+def _bound_text(share: float | None) -> str:
+    return "-" if share is None else f"±{100 * share:.1f}%"
+
+
+def _bound_line(entries: Sequence[CaseEntry], names: dict[str, str]) -> str:
+    """How far the true ETS may lie from the figures: the meter's bound, at a glance."""
+    known = [(share, e) for e in entries if (share := _bound_share(e)) is not None]
+    if not known:
+        return "ETS bound: not recorded (runs saved before the meter bounded its figures)"
+    widest, entry = max(known, key=lambda pair: pair[0])
+    shares = sorted(share for share, _ in known)
+    median = shares[len(shares) // 2]
+    return (f"ETS bound (the meter's, widest side): median {_bound_text(median)}, widest {_bound_text(widest)} "
+            f"({names[workload_key(entry.case_id, entry.cap)]} at {entry.cap})")
+
+
+def _method(entry: CaseEntry) -> str:
+    """``counter (sim)``, ``sampling (sim) from usage``: how the figures were measured."""
+    text = entry.method + (SIM_MARK if entry.simulated else "")
+    return text + (f" from {entry.power_source}" if entry.power_source else "")
+
+
+def _matrix(entries: Sequence[CaseEntry], caps: Sequence[str], names: dict[str, str]) -> list[str]:
+    cells: dict[tuple[str, int], dict[str, str]] = {}
+    for e in entries:
+        row = cells.setdefault((names[workload_key(e.case_id, e.cap)], e.gpu_index), {})
+        row[e.cap] = si(e.summary.ets_j, "J")
+    gpus = {gpu for _, gpu in cells}
+    header = ["test"] + (["GPU"] if len(gpus) > 1 else []) + list(caps)
+    rows = [[name] + ([str(gpu)] if len(gpus) > 1 else []) + [figures.get(cap, "-") for cap in caps]
+            for (name, gpu), figures in sorted(cells.items())]
+    columns = [Column(h, right=i >= (2 if len(gpus) > 1 else 1)) for i, h in enumerate(header)]
+    return fit_table(columns, rows, 10 ** 6)
+
+
+def _long_table(entries: Sequence[CaseEntry], names: dict[str, str], width: int) -> list[str]:
+    columns = (Column("test", elide=True), Column("cap"), Column("GPU", drop=4), Column("ETS", right=True),
+               Column("±", right=True, drop=1), Column("T", right=True, drop=2), Column("EDP", right=True, drop=3),
+               Column("P", right=True, drop=5), Column("n", right=True, drop=6), Column("cv", right=True, drop=7))
+    ordered = sorted(entries, key=lambda e: (names[workload_key(e.case_id, e.cap)], cap_sort_key(e.cap, e.limit_enforced_w)))
+    rows = []
+    for e in ordered:
+        s = e.summary
+        rows.append([names[workload_key(e.case_id, e.cap)], e.cap, str(e.gpu_index), si(s.ets_j, "J"),
+                     _bound_text(_bound_share(e)), si(s.time_s, "s"), si(s.edp_js, "J s"), si(s.mean_power_w, "W"), str(s.n),
+                     f"{s.ets_cv * 100:.1f}%" if s.n > 1 else "-"])
+    return fit_table(columns, rows, width)
+
+
+def run_lines(doc: RunDocument, width: int | None = None) -> list[str]:
+    """A saved run: its description and its results."""
+    width = width or terminal_width()
+    return wrap(f"run {doc.describe()}", width) + results_lines(doc.cases, width)
+
+
+def session_lines(cases: Iterable[tuple[str, object]], width: int | None = None) -> list[str]:
+    """The session's measured cases (``(case id, EnergyResult)``) as results lines."""
+    entries = [CaseEntry.from_gpu_result(case_id, gpu) for case_id, result in cases for gpu in result.per_gpu]
+    return results_lines(entries, width)

@@ -41,6 +41,7 @@ import random
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -213,10 +214,16 @@ class _SimDevice:
         return phase_s + ((now - phase_s) // period_s) * period_s
 
     def average_power_mw(self, window_s: float) -> int:
+        """The power reading published last: the average over ``window_s`` before its publication,
+        with the sensor's jitter (up to 0.5 W, the same for every reader of that publication). A
+        real reading is never the same twice in a row; that is also how a reader sees a new one."""
         state = self.advance()
-        published = self.last_tick(self.last_wall, self.spec.power_publish_s, self.power_phase_s)
+        period = self.spec.power_publish_s
+        published = self.last_tick(self.last_wall, period, self.power_phase_s)
         energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
-        return int(round(energy_mj / window_s))
+        tick = round((published - self.power_phase_s) / period)
+        jitter_mw = zlib.crc32(f"{self.uuid}/{tick}".encode()) % 1001 - 500
+        return max(int(round(energy_mj / window_s)) + jitter_mw, 0)
 
     def is_busy(self) -> bool:
         return self.busy_until > self.last_wall or bool(self.segments and self.segments[-1].dynamic_w > 0)
