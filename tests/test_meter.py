@@ -134,7 +134,9 @@ def test_measure_starts_its_regions_on_a_publication_and_keeps_the_bound_tight(b
     t0, _ = meter.last_region
     after_tick = t0 - lattice.tick_at(lattice.index_before(t0))
     assert 0 < after_tick < 0.02, after_tick                  # just after a publication
-    assert result.ets_high_j - result.ets_low_j < 0.05 * result.ets_j, result.describe()
+    # Unaligned, a 0.5 s region's partly seen edges leave a bound of 10-40 % of its figure; aligned,
+    # 1-3 % (a little more on a loaded machine, whose reads come late).
+    assert result.ets_high_j - result.ets_low_j < 0.1 * result.ets_j, result.describe()
     assert not result.notes
 
 

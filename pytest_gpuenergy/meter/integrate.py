@@ -18,8 +18,8 @@ takes the power of the neighbouring intervals for the time around it.
 **Power readings** (sampling, where there is no counter) each average a window before their
 publication (25 ms every 100 ms for the instant-power field: 75 % of the time is never seen).
 Between windows the power is not known; :func:`sampled_energy` takes it to lie within the range of
-the readings that overlap the region, which holds for work that changes slower than its readings
-do and is stated as that assumption; a region no reading overlaps gets 0 to the GPU's ceiling.
+the readings around it, which holds for work that changes slower than its readings do and is stated
+as that assumption; a region that no whole window lies in gets 0 to the GPU's ceiling.
 """
 
 from __future__ import annotations
@@ -318,7 +318,10 @@ def sampled_energy(
         coarse = True
         notes.append("no power reading was published inside the region: its ETS is interpolated and coarse")
     estimate_j = _piecewise_energy(used, t0, t1)
-    low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w, period_s)
+    if clean:
+        low_j, high_j = _sampled_bound(windows, clean, t0, t1, ceiling_w, period_s)
+    else:   # no reading saw the region alone: nothing bounds its power but the GPU itself
+        low_j, high_j = 0.0, ceiling_w * (t1 - t0)
     notes.extend(_gap_notes([p.when for p in pubs], t0, t1, period_s))
     return RegionEnergy(min(max(estimate_j, low_j), high_j), low_j, high_j,
                         max(w[2] for w in used), coarse=coarse, notes=notes)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 NOMINAL_PERIOD_S = 0.1           # NVML's documented counter update period, until observed
-_WINDOW_S = 5.0                  # brackets older than this are forgotten (clock drift)
+_WINDOW_S = 30.0                 # brackets older than this are forgotten (clocks drift microseconds a second)
 _MAX_BRACKETS = 16               # ...and only this many are kept: a fit costs the GIL, ~3 us per bracket
 _WIDEST_SHARE = 0.25             # a bracket wider than this share of a period says little and may hold two ticks
 _CONFIDENT_BRACKETS = 4          # brackets a lattice needs before the recorder reads only around its ticks

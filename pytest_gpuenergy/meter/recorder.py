@@ -14,6 +14,7 @@ in four, just before it too, to follow the clock's drift): two reads per 100 ms 
 from __future__ import annotations
 
 import bisect
+import os
 import random
 import sys
 import threading
@@ -29,6 +30,7 @@ from .integrate import Read
 from .lattice import Bracket, Lattice, TickLearner
 
 POLL_S = 0.0005                  # polling step near an expected counter tick while learning
+_REFRESH_POLL_S = 0.001          # ...and while refreshing a known lattice (fewer wake-ups; many brackets still narrow it)
 SAMPLE_S = 0.005                 # power polling step while no lattice is known
 # Wake this long before an expected tick: a thread that wakes needs the GIL back, which a busy
 # main thread yields only every switch interval (5 ms by default).
@@ -36,7 +38,9 @@ _GUARD_S = sys.getswitchinterval() + 0.003
 _LEAD_S = 0.0015                 # a confident recorder reads this long (plus a random extra) around a tick
 _CONFIDENT_ERROR_S = 0.004       # how well the lattice must be known to read only around its ticks
 _FINE_ERROR_S = 0.001            # ...and to bracket only one tick in _REFRESH_EVERY
+_TIGHT_ERROR_S = 0.0005          # ...and only one in _REFRESH_RARELY (the clocks drift by microseconds a second)
 _REFRESH_EVERY = 4
+_REFRESH_RARELY = 16
 _KEEP_S = 30.0                   # reads older than this (and than any held region) are dropped
 _GIVE_UP_AFTER_S = 2.0           # NVML errors for this long in a row stop the recorder
 _INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
@@ -64,6 +68,7 @@ class Recorder(threading.Thread):
         self._stopping = threading.Event()
         self._jitter = random.Random()
         self._latency_s = 0.0
+        self._read_cost_s = 0.0          # how long a read takes (a real H100: 2.4 ms): reads must start that much earlier
         self._since_refresh = _REFRESH_EVERY
         self._failing_since: float | None = None
 
@@ -103,7 +108,7 @@ class Recorder(threading.Thread):
             raise self.error
 
     def cpu_s(self) -> float:
-        """CPU time this thread has used (what recording costs the process)."""
+        """CPU time this thread has used (what recording costs the process), kernel time included."""
         ident = self.ident
         if ident is None:
             return 0.0
@@ -111,6 +116,20 @@ class Recorder(threading.Thread):
             return time.clock_gettime(time.pthread_getcpuclockid(ident))
         except (OSError, AttributeError):
             return 0.0
+
+    def user_cpu_s(self) -> float | None:
+        """This thread's CPU time in user space (Linux; None elsewhere), in 10 ms ticks.
+
+        A Python thread holds the GIL while it runs Python code, not while the kernel wakes it up
+        (which costs 60-100 us a wake on a small VM), so this, not :meth:`cpu_s`, is what the
+        recorder takes from a main thread that runs Python.
+        """
+        try:
+            with open(f"/proc/self/task/{self.native_id}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return int(fields[11]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError, TypeError):
+            return None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -123,7 +142,7 @@ class Recorder(threading.Thread):
             self._read()
             while not self._stopping.is_set():
                 expected = self._expected_tick()
-                if expected is not None and self.learner.confident(expected, _CONFIDENT_ERROR_S):
+                if expected is not None and self.learner.confident(expected, max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)):
                     self._around(expected)
                 else:
                     self._learn(expected)
@@ -155,6 +174,7 @@ class Recorder(threading.Thread):
             self._failed(started, exc)
             return False
         ended = self.clock()
+        self._read_cost_s = max(ended - started, 0.9 * self._read_cost_s)   # remember a slow read for a while
         self._failing_since = None
         with self._changed:
             previous = self._reads[-1] if self._reads else None
@@ -200,8 +220,13 @@ class Recorder(threading.Thread):
         assert lattice is not None
         period = lattice.period_s
         error = lattice.error_at(expected)
-        if error > _FINE_ERROR_S or self._since_refresh + 1 >= _REFRESH_EVERY:
-            lead = _LEAD_S + error + min(self._latency_s, 0.2 * period) + self._jitter.uniform(0.0, _LEAD_S)
+        # A bracket cannot be narrower than a read (the value is taken somewhere inside it), so
+        # with slow reads (2.4 ms on a real H100) the lattice is as good as it gets at about half
+        # a read: refresh by that measure, or every tick would be bracketed.
+        every = _REFRESH_RARELY if error <= max(_TIGHT_ERROR_S, 0.6 * self._read_cost_s) else _REFRESH_EVERY
+        if error > max(_FINE_ERROR_S, 0.8 * self._read_cost_s) or self._since_refresh + 1 >= every:
+            lead = (_LEAD_S + error + self._read_cost_s + min(self._latency_s, 0.2 * period)
+                    + self._jitter.uniform(0.0, _LEAD_S))
             if self.clock() > expected - lead:   # too close to brace for it: take the next one
                 expected += period
             if self._sleep_until(expected - lead):
@@ -213,7 +238,7 @@ class Recorder(threading.Thread):
                     self.learner.miss()
                 return
             self._since_refresh = 0
-            self._poll_until_change(POLL_S, give_up_at=expected + 0.25 * period)
+            self._poll_until_change(_REFRESH_POLL_S, give_up_at=expected + 0.25 * period)
             return
         self._since_refresh += 1
         if self._sleep_until(expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)):
@@ -235,7 +260,7 @@ class Recorder(threading.Thread):
             # A random extra lead decorrelates the brackets from the tick; late wake-ups (a main
             # thread that holds the GIL) are allowed for, or every read would come after the tick.
             period = self.learner.period_s
-            lead_s = (_GUARD_S + min(self._latency_s, 0.2 * period)
+            lead_s = (_GUARD_S + self._read_cost_s + min(self._latency_s, 0.2 * period)
                       + self._jitter.uniform(0.0, sys.getswitchinterval()))
             if self._sleep_until(expected - lead_s):
                 return

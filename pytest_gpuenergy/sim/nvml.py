@@ -392,20 +392,22 @@ class SimulatedNvml:
 
     # -- energy, power, clocks ---------------------------------------------------------------
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: SimDeviceHandle) -> int:
+        # A slow read (COUNTER_READ_ENV) takes its value in the middle and holds no GIL while it
+        # waits, like a ctypes call into the real library: one wait, then the value as of then.
+        taken_at = None
         if self.counter_read_s:
-            time.sleep(self.counter_read_s / 2)     # the value is taken in the middle of the read
+            taken_at = self.wall_clock() + self.counter_read_s / 2
+            time.sleep(self.counter_read_s)
         with self._lock:
             device = self._device(handle, "read")
             if self.faults.has("no_counter", device.index) or not device.spec.has_energy_counter:
                 raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            reading = self._counter_reading(device)
-        if self.counter_read_s:
-            time.sleep(self.counter_read_s / 2)
-        return reading
+            return self._counter_reading(device, taken_at)
 
-    def _counter_reading(self, device: _SimDevice) -> int:
+    def _counter_reading(self, device: _SimDevice, taken_at: float | None = None) -> int:
         state = device.advance()
-        tick = device.last_tick(device.last_wall, device.spec.counter_period_s, device.counter_phase_s)
+        moment = device.last_wall if taken_at is None else min(taken_at, device.last_wall)
+        tick = device.last_tick(moment, device.spec.counter_period_s, device.counter_phase_s)
         read = self.faults.count("counter_read", device.index)
         if read and self.faults.active("counter_reset", device.index, read):
             published = device.energy_mj_at(tick, state)
