@@ -19,7 +19,7 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pynvml
 
@@ -47,11 +47,16 @@ _INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang 
 _AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
 
 
-class Recorder(threading.Thread):
-    """Reads one GPU's counter (``method`` "counter") or power ("sampling") until stopped."""
+class Recorder:
+    """Keeps every read of one GPU's counter (``method`` "counter") or power ("sampling").
 
-    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str) -> None:
-        super().__init__(name=f"gpuenergy-recorder-{gpu.index}", daemon=True)
+    When to read is a plan, :meth:`schedule`: a generator that reads, then yields the moment it
+    wants to be woken next. A driver runs it: a thread on real time (:class:`ThreadDriver`), or a
+    simulator's virtual clock, which wakes it at exactly those moments (the same plan, the same
+    reads, whatever the host is doing).
+    """
+
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str, seed: int | None = None) -> None:
         self.gpu = gpu
         self.clock = clock
         self.method = method
@@ -61,12 +66,12 @@ class Recorder(threading.Thread):
         self.max_limit_w = limits.max_mw / 1000.0
         self.error: BaseException | None = None
         self.last_error: BaseException | None = None
+        self.driver: Any = None
+        self.changed = threading.Condition()     # notified after every read
         self._reads: list[Read] = []
         self._holds: dict[int, float] = {}
         self._next_hold = 0
-        self._changed = threading.Condition()
-        self._stopping = threading.Event()
-        self._jitter = random.Random()
+        self._jitter = random.Random(seed)
         self._latency_s = 0.0
         self._read_cost_s = 0.0          # how long a read takes (a real H100: 2.4 ms): reads must start that much earlier
         self._since_refresh = _REFRESH_EVERY
@@ -79,27 +84,28 @@ class Recorder(threading.Thread):
 
     def snapshot(self, since: float, until: float) -> tuple[list[Read], Lattice | None]:
         """The reads that began within [since, until], and the lattice as it is now."""
-        with self._changed:
+        with self.changed:
             starts = [r.started for r in self._reads]
             first = bisect.bisect_left(starts, since)
             last = bisect.bisect_right(starts, until)
             return self._reads[first:last], self.learner.lattice
 
+    def has_read_since(self, moment: float) -> bool:
+        return bool(self._reads) and self._reads[-1].started >= moment
+
     def wait_until(self, moment: float) -> None:
-        """Block until a read that began at ``moment`` or later has been taken (or the recorder stops)."""
-        with self._changed:
-            while self.error is None and self.is_alive() and not (self._reads and self._reads[-1].started >= moment):
-                self._changed.wait(max(moment - self.clock(), 0.0) + 0.01)
+        """Return once a read that began at ``moment`` or later has been taken (or recording stopped)."""
+        self.driver.wait_until(moment)
 
     def hold(self, since: float) -> int:
         """Keep the reads from ``since`` on until :meth:`release` (a region is being measured)."""
-        with self._changed:
+        with self.changed:
             self._next_hold += 1
             self._holds[self._next_hold] = since
             return self._next_hold
 
     def release(self, token: int) -> None:
-        with self._changed:
+        with self.changed:
             self._holds.pop(token, None)
 
     def raise_error(self) -> None:
@@ -107,8 +113,190 @@ class Recorder(threading.Thread):
         if self.error is not None:
             raise self.error
 
+    def is_alive(self) -> bool:
+        return self.error is None and self.driver is not None and self.driver.is_alive()
+
     def cpu_s(self) -> float:
-        """CPU time this thread has used (what recording costs the process), kernel time included."""
+        """CPU time recording has used (its thread's, kernel time included; 0 on a virtual clock)."""
+        return self.driver.cpu_s() if self.driver is not None else 0.0
+
+    def user_cpu_s(self) -> float | None:
+        """Its thread's CPU time in user space (see :meth:`ThreadDriver.user_cpu_s`)."""
+        return self.driver.user_cpu_s() if self.driver is not None else None
+
+    def stop(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
+
+    def failed(self, exc: BaseException) -> None:
+        """The plan raised: recording is over, and every region that needs it says why."""
+        self.error = exc
+        with self.changed:
+            self.changed.notify_all()
+
+    def woke(self, late_s: float) -> None:
+        """The driver woke the plan ``late_s`` after the moment it asked for (the GIL, the scheduler)."""
+        self._latency_s = max(late_s, 0.8 * self._latency_s)   # remember a late wake-up for a while
+
+    # -- the plan ----------------------------------------------------------------------------------------
+    def schedule(self) -> Iterator[float]:
+        """Read, and yield when to be woken next; forever (the driver stops it)."""
+        self._read()
+        while True:
+            expected = self._expected_tick()
+            if expected is not None and self.learner.confident(expected, max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)):
+                yield from self._around(expected)
+            else:
+                yield from self._learn(expected)
+
+    def _expected_tick(self) -> float | None:
+        lattice = self.learner.lattice
+        return lattice.next_tick_after(self.clock()) if lattice is not None else None
+
+    def _value(self) -> int:
+        if self.method == COUNTER:
+            return self.gpu.energy_mj()
+        return self.gpu.power_mw()
+
+    def _read(self) -> bool:
+        """One read; True if the value changed since the previous one. NVML errors are retried."""
+        started = self.clock()
+        try:
+            value = self._value()
+        except pynvml.NVMLError_GpuIsLost:
+            raise GpuLostError(f"{self.gpu.label} is lost (NVML: GPU is lost)") from None
+        except GpuLostError:
+            raise
+        except pynvml.NVMLError as exc:
+            self._note_failure(started, exc)
+            return False
+        ended = self.clock()
+        self._read_cost_s = max(ended - started, 0.9 * self._read_cost_s)   # remember a slow read for a while
+        self._failing_since = None
+        with self.changed:
+            previous = self._reads[-1] if self._reads else None
+            self._reads.append(Read(started, ended, value))
+            self._trim(ended)
+            changed = previous is not None and value != previous.value
+            if changed:
+                assert previous is not None
+                self.learner.add(Bracket(previous.started, ended))
+            self.changed.notify_all()
+        return changed
+
+    def _note_failure(self, moment: float, exc: BaseException) -> None:
+        self.last_error = exc
+        if self._failing_since is None:
+            self._failing_since = moment
+        elif moment - self._failing_since > _GIVE_UP_AFTER_S:
+            raise MeasurementError(f"reading the energy of {self.gpu.label} failed for over "
+                                   f"{_GIVE_UP_AFTER_S:g} s: NVML: {exc}")
+
+    def _trim(self, now: float) -> None:
+        keep_from = min([now - _KEEP_S, *self._holds.values()])
+        if self._reads and self._reads[0].started < keep_from - 1.0:
+            cut = bisect.bisect_left([r.started for r in self._reads], keep_from)
+            del self._reads[:cut]
+
+    def _step(self, step_s: float) -> float:
+        """When to read next while polling: ``step_s`` on, ten times that while reads fail."""
+        return self.clock() + (10 * step_s if self._failing_since is not None else step_s)
+
+    def _around(self, expected: float) -> Iterator[float]:
+        """Read just after an expected tick; on one tick in four (or while the lattice is loose)
+        bracket it finely instead, to keep the lattice tight and follow the clock's drift."""
+        lattice = self.learner.lattice
+        assert lattice is not None
+        period = lattice.period_s
+        error = lattice.error_at(expected)
+        # A bracket cannot be narrower than a read (the value is taken somewhere inside it), so
+        # with slow reads (2.4 ms on a real H100) the lattice is as good as it gets at about half
+        # a read: refresh by that measure, or every tick would be bracketed.
+        every = _REFRESH_RARELY if error <= max(_TIGHT_ERROR_S, 0.6 * self._read_cost_s) else _REFRESH_EVERY
+        if error > max(_FINE_ERROR_S, 0.8 * self._read_cost_s) or self._since_refresh + 1 >= every:
+            lead = (_LEAD_S + error + self._read_cost_s + min(self._latency_s, 0.2 * period)
+                    + self._jitter.uniform(0.0, _LEAD_S))
+            if self.clock() > expected - lead:   # too close to brace for it: take the next one
+                expected += period
+            yield expected - lead
+            if self._read():
+                # Seen before it was due. The read may have taken its value anywhere in its span,
+                # so only a read that *ended* before the tick's earliest time contradicts the lattice.
+                if self._reads[-1].ended < expected - lattice.error_at(expected):
+                    self.learner.miss()
+                return
+            self._since_refresh = 0
+            yield from self._poll_until_change(_REFRESH_POLL_S, give_up_at=expected + 0.25 * period)
+            return
+        self._since_refresh += 1
+        yield expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)
+        if self._read():
+            self.learner.hit()
+        elif self.method == COUNTER:
+            # The counter moves at every tick (a GPU always draws power): the tick is late.
+            self.learner.miss()
+            yield from self._poll_until_change(POLL_S)
+
+    def _learn(self, expected: float | None) -> Iterator[float]:
+        """Poll near the next expected tick until the value moves."""
+        if self.method == SAMPLING and expected is None:
+            self._read()   # steady power may never move: sample, do not spin
+            yield self._step(SAMPLE_S)
+            return
+        if expected is not None:
+            # A random extra lead decorrelates the brackets from the tick; late wake-ups (a main
+            # thread that holds the GIL) are allowed for, or every read would come after the tick.
+            period = self.learner.period_s
+            lead_s = (_GUARD_S + self._read_cost_s + min(self._latency_s, 0.2 * period)
+                      + self._jitter.uniform(0.0, sys.getswitchinterval()))
+            yield expected - lead_s
+            if self.method == SAMPLING:
+                yield from self._poll_until_change(POLL_S, give_up_at=expected + _GUARD_S + 0.25 * period)
+                return
+        yield from self._poll_until_change(POLL_S)
+
+    def _poll_until_change(self, step_s: float, give_up_at: float | None = None) -> Iterator[float]:
+        while not self._read():
+            if give_up_at is not None and self.clock() > give_up_at:
+                return
+            yield self._step(step_s)
+
+
+class ThreadDriver(threading.Thread):
+    """Runs a recorder's plan on real time, in a daemon thread."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__(name=f"gpuenergy-recorder-{recorder.gpu.index}", daemon=True)
+        self.recorder = recorder
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        recorder, clock = self.recorder, self.recorder.clock
+        try:
+            for wake in recorder.schedule():
+                delay = wake - clock()
+                if (delay > 0 and self._stopping.wait(delay)) or self._stopping.is_set():
+                    return
+                recorder.woke(clock() - wake)
+        except BaseException as exc:  # handed to the meter through recorder.error
+            recorder.failed(exc)
+        finally:
+            with recorder.changed:
+                recorder.changed.notify_all()
+
+    def wait_until(self, moment: float) -> None:
+        recorder = self.recorder
+        with recorder.changed:
+            while recorder.error is None and self.is_alive() and not recorder.has_read_since(moment):
+                recorder.changed.wait(max(moment - recorder.clock(), 0.0) + 0.01)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join()
+
+    def cpu_s(self) -> float:
+        """CPU time this thread has used, kernel time included."""
         ident = self.ident
         if ident is None:
             return 0.0
@@ -130,149 +318,6 @@ class Recorder(threading.Thread):
             return int(fields[11]) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError, TypeError):
             return None
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join()
-
-    # -- the thread ----------------------------------------------------------------------------------
-    def run(self) -> None:
-        try:
-            self._read()
-            while not self._stopping.is_set():
-                expected = self._expected_tick()
-                if expected is not None and self.learner.confident(expected, max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)):
-                    self._around(expected)
-                else:
-                    self._learn(expected)
-        except BaseException as exc:  # handed to the meter through self.error
-            self.error = exc
-        finally:
-            with self._changed:
-                self._changed.notify_all()
-
-    def _expected_tick(self) -> float | None:
-        lattice = self.learner.lattice
-        return lattice.next_tick_after(self.clock()) if lattice is not None else None
-
-    def _value(self) -> int:
-        if self.method == COUNTER:
-            return self.gpu.energy_mj()
-        return self.gpu.power_mw()
-
-    def _read(self) -> bool:
-        """One read; True if the value changed since the previous one. NVML errors are retried."""
-        started = self.clock()
-        try:
-            value = self._value()
-        except pynvml.NVMLError_GpuIsLost:
-            raise GpuLostError(f"{self.gpu.label} is lost (NVML: GPU is lost)") from None
-        except GpuLostError:
-            raise
-        except pynvml.NVMLError as exc:
-            self._failed(started, exc)
-            return False
-        ended = self.clock()
-        self._read_cost_s = max(ended - started, 0.9 * self._read_cost_s)   # remember a slow read for a while
-        self._failing_since = None
-        with self._changed:
-            previous = self._reads[-1] if self._reads else None
-            self._reads.append(Read(started, ended, value))
-            self._trim(ended)
-            changed = previous is not None and value != previous.value
-            if changed:
-                assert previous is not None
-                self.learner.add(Bracket(previous.started, ended))
-            self._changed.notify_all()
-        return changed
-
-    def _failed(self, moment: float, exc: BaseException) -> None:
-        self.last_error = exc
-        if self._failing_since is None:
-            self._failing_since = moment
-        elif moment - self._failing_since > _GIVE_UP_AFTER_S:
-            raise MeasurementError(f"reading the energy of {self.gpu.label} failed for over "
-                                   f"{_GIVE_UP_AFTER_S:g} s: NVML: {exc}")
-        self._stopping.wait(10 * POLL_S)
-
-    def _trim(self, now: float) -> None:
-        keep_from = min([now - _KEEP_S, *self._holds.values()])
-        if self._reads and self._reads[0].started < keep_from - 1.0:
-            cut = bisect.bisect_left([r.started for r in self._reads], keep_from)
-            del self._reads[:cut]
-
-    def _sleep_until(self, moment: float) -> bool:
-        """Sleep until ``moment`` on the meter's clock; True if asked to stop meanwhile."""
-        delay = moment - self.clock()
-        if delay <= 0:
-            return self._stopping.is_set()
-        if self._stopping.wait(delay):
-            return True
-        late = self.clock() - moment
-        self._latency_s = max(late, 0.8 * self._latency_s)   # remember a late wake-up for a while
-        return False
-
-    def _around(self, expected: float) -> None:
-        """Read just after an expected tick; on one tick in four (or while the lattice is loose)
-        bracket it finely instead, to keep the lattice tight and follow the clock's drift."""
-        lattice = self.learner.lattice
-        assert lattice is not None
-        period = lattice.period_s
-        error = lattice.error_at(expected)
-        # A bracket cannot be narrower than a read (the value is taken somewhere inside it), so
-        # with slow reads (2.4 ms on a real H100) the lattice is as good as it gets at about half
-        # a read: refresh by that measure, or every tick would be bracketed.
-        every = _REFRESH_RARELY if error <= max(_TIGHT_ERROR_S, 0.6 * self._read_cost_s) else _REFRESH_EVERY
-        if error > max(_FINE_ERROR_S, 0.8 * self._read_cost_s) or self._since_refresh + 1 >= every:
-            lead = (_LEAD_S + error + self._read_cost_s + min(self._latency_s, 0.2 * period)
-                    + self._jitter.uniform(0.0, _LEAD_S))
-            if self.clock() > expected - lead:   # too close to brace for it: take the next one
-                expected += period
-            if self._sleep_until(expected - lead):
-                return
-            if self._read():
-                # Seen before it was due. The read may have taken its value anywhere in its span,
-                # so only a read that *ended* before the tick's earliest time contradicts the lattice.
-                if self._reads[-1].ended < expected - lattice.error_at(expected):
-                    self.learner.miss()
-                return
-            self._since_refresh = 0
-            self._poll_until_change(_REFRESH_POLL_S, give_up_at=expected + 0.25 * period)
-            return
-        self._since_refresh += 1
-        if self._sleep_until(expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)):
-            return
-        if self._read():
-            self.learner.hit()
-        elif self.method == COUNTER:
-            # The counter moves at every tick (a GPU always draws power): the tick is late.
-            self.learner.miss()
-            self._poll_until_change(POLL_S)
-
-    def _learn(self, expected: float | None) -> None:
-        """Poll near the next expected tick until the value moves."""
-        if self.method == SAMPLING and expected is None:
-            self._read()   # steady power may never move: sample, do not spin
-            self._stopping.wait(SAMPLE_S)
-            return
-        if expected is not None:
-            # A random extra lead decorrelates the brackets from the tick; late wake-ups (a main
-            # thread that holds the GIL) are allowed for, or every read would come after the tick.
-            period = self.learner.period_s
-            lead_s = (_GUARD_S + self._read_cost_s + min(self._latency_s, 0.2 * period)
-                      + self._jitter.uniform(0.0, sys.getswitchinterval()))
-            if self._sleep_until(expected - lead_s):
-                return
-            if self.method == SAMPLING:
-                self._poll_until_change(POLL_S, give_up_at=expected + _GUARD_S + 0.25 * period)
-                return
-        self._poll_until_change(POLL_S)
-
-    def _poll_until_change(self, step_s: float, give_up_at: float | None = None) -> None:
-        while not self._read():
-            if self._stopping.wait(step_s) or (give_up_at is not None and self.clock() > give_up_at):
-                return
 
 
 def power_window_s(gpu: Gpu) -> float:
@@ -305,7 +350,8 @@ class Recorders:
             recorder = self._by_uuid.get(gpu.uuid)
             if recorder is None:
                 recorder = Recorder(gpu, self.backend.clock, _method_for(gpu))
-                recorder.start()
+                recorder.driver = ThreadDriver(recorder)
+                recorder.driver.start()
                 self._by_uuid[gpu.uuid] = recorder
             return recorder
 
