@@ -39,7 +39,7 @@ FORMAT_VERSION = 1
 # The simulator's settings, cleared for a benchmark so that nothing from the caller's shell
 # (faults, noise, another machine description) leaks into its figures.
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE",
-           "GPUENERGY_SIM_SEED", "GPUENERGY_SIM_COUNTER_READ_MS")
+           "GPUENERGY_SIM_SEED", "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
 
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere: the package is importable
     sys.path.insert(0, str(REPO_ROOT))
@@ -230,12 +230,15 @@ def quantile(values: Sequence[float], q: float) -> float:
 # -- the simulator -------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def private_sim(models: str = "H100", faults: str = "", counter_read_ms: str = "0") -> Iterator[Path]:
+def private_sim(models: str = "H100", faults: str = "", counter_read_ms: str = "0",
+                clock: str = "wall") -> Iterator[Path]:
     """A fresh simulated machine in a temporary folder, with the caller's sim settings set aside.
 
     While it is open ``open_backend("sim")`` (and pytest runs started with this environment) see
     only this machine: ``models`` (e.g. "H100" or "K80") with the ``faults`` given
-    (``GPUENERGY_SIM_FAULTS`` syntax), energy-counter reads taking ``counter_read_ms``, no noise.
+    (``GPUENERGY_SIM_FAULTS`` syntax), energy-counter reads taking ``counter_read_ms``, no noise,
+    on the host's clock by default (the meter's benchmarks measure it in real time, GIL and all;
+    ``clock="virtual"`` for the simulator's own).
     """
     saved = {name: os.environ.get(name) for name in SIM_ENV}
     with tempfile.TemporaryDirectory(prefix="gpuenergy-bench-") as folder:
@@ -246,6 +249,8 @@ def private_sim(models: str = "H100", faults: str = "", counter_read_ms: str = "
         if faults:
             os.environ["GPUENERGY_SIM_FAULTS"] = faults
         os.environ["GPUENERGY_SIM_COUNTER_READ_MS"] = counter_read_ms
+        os.environ["GPUENERGY_SIM_CLOCK"] = clock
+        os.environ["GPUENERGY_SIM_NOISE"] = "0"
         try:
             yield Path(folder)
         finally:

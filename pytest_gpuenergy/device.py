@@ -175,9 +175,11 @@ class Backend:
         self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         self.all_gpus = [Gpu(nvml, i, name) for i in range(nvml.nvmlDeviceGetCount())]
         self.visible_gpus = visible_gpus(self.all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        # Region edges and NVML reads are timed on this clock: the simulator's own wall clock (its
-        # exact energy integral is on it), a monotonic one on real GPUs.
-        self.clock: Callable[[], float] = nvml.simWallClock if self.simulated else time.perf_counter
+        # Region edges and NVML reads are timed on this clock: the simulator's own (virtual by
+        # default: its time moves with its work only), a monotonic one on real GPUs.
+        sim_clock = nvml.simClock() if self.simulated else None
+        self.clock: Callable[[], float] = sim_clock.now if sim_clock is not None else time.perf_counter
+        self.virtual_clock: Any = sim_clock if sim_clock is not None and sim_clock.virtual else None
         self.recorders: Any = None       # the meter's per-GPU recorders, started on first use
         self._closers: list[Callable[[], None]] = []
 
@@ -231,9 +233,22 @@ class Backend:
 
     def sleep_until(self, moment: float) -> None:
         """Wait until ``moment`` on :attr:`clock` (the meter aligns regions with publications)."""
+        if self.simulated:
+            self.nvml.simSleepUntil(moment)
+            return
         delay = moment - self.clock()
         if delay > 0:
             time.sleep(delay)
+
+    def count_cpu_work(self, counting: bool) -> None:
+        """Simulator only: whether the process's CPU time stands for GPU work (inside regions)."""
+        if self.simulated:
+            self.nvml.simCountCpuWork(counting)
+
+    def declare_work(self, work: Any) -> None:
+        """Simulator only: one step of declared GPU work was launched (no-op on real GPUs)."""
+        if self.simulated:
+            self.nvml.simDeclareWork(work)
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Call ``closer`` when the backend closes (the meter stops its recorder threads)."""
@@ -317,6 +332,7 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Ba
         sim.nvmlInit()
     except (SimStateError, ValueError) as exc:
         raise BackendUnavailable(f"the GPU simulator cannot start: {exc}") from None
+    sim.simCountCpuWork(False)    # the CPU-time proxy counts inside a meter's regions only
     return Backend("sim", sim, sim.state_dir)
 
 

@@ -20,7 +20,7 @@ import pytest
 os.environ["GPUENERGY_BACKEND"] = "sim"
 
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED",
-           "GPUENERGY_SIM_COUNTER_READ_MS")
+           "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
 
 
 @pytest.fixture
@@ -31,6 +31,7 @@ def sim_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     state = tmp_path / "sim-state"
     monkeypatch.setenv("GPUENERGY_SIM_STATE", str(state))
+    monkeypatch.setenv("GPUENERGY_SIM_SEED", "0")     # the default noise, the same draws in every run
     return state
 
 

@@ -84,8 +84,10 @@ def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_
         [sys.executable, str(BENCH / "real_gpu.py"), "--backend", "sim", "--device", "cpu", "--size", "tiny", "--quick",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
+        # The script times a real GPU from threads on the host's clock: its dry run needs the
+        # simulator in real time too.
         env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")},
-             "GPUENERGY_SIM_STATE": str(tmp_path / "sim-state")},
+             "GPUENERGY_SIM_STATE": str(tmp_path / "sim-state"), "GPUENERGY_SIM_CLOCK": "wall"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SIMULATED GPU (dry run)" in done.stdout

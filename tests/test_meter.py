@@ -42,11 +42,14 @@ def exact_j(backend, gpu, t0: float, t1: float) -> float:
     return (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
 
 
-@pytest.mark.parametrize("faults, counter_read_ms", [("", "0"), ("no_counter", "0"), ("", "2.4")],
-                         ids=["counter", "sampling", "counter-read-2.4ms-as-on-a-real-H100"])
-def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(sim_state, monkeypatch, faults, counter_read_ms):
+@pytest.mark.parametrize("faults, counter_read_ms, clock", [
+    ("", "0", "virtual"), ("no_counter", "0", "virtual"), ("", "0", "wall"), ("no_counter", "0", "wall"), ("", "2.4", "wall"),
+], ids=["counter", "sampling", "counter-in-real-time", "sampling-in-real-time", "counter-read-2.4ms-as-on-a-real-H100"])
+def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(sim_state, monkeypatch, faults, counter_read_ms,
+                                                                        clock):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", faults)
     monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", counter_read_ms)
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", clock)
     backend = open_backend("sim")
     gpu = backend.select(None)[0]
     meter = EnergyMeter(backend, [gpu])
@@ -161,7 +164,7 @@ def test_a_low_cap_saves_energy_on_memory_bound_work_and_edp_has_an_interior_opt
 
 def test_a_counter_that_goes_backwards_during_a_region_gives_no_figure(backend):
     meter = EnergyMeter(backend, backend.select(None))
-    time.sleep(0.3)                                  # a fresh counter cannot go below 0: let it count
+    backend.sleep_until(backend.clock() + 0.3)       # a fresh counter cannot go below 0: let it count
     with pytest.raises(MeasurementError, match="went backwards"):
         with meter:
             backend.nvml.simArmFaults("counter_backwards=2-5")
@@ -205,12 +208,16 @@ def test_measure_rejects_bad_arguments(backend, kwargs, message):
         meter.measure(spin, 0.01, **kwargs)
 
 
-def test_the_meter_reports_what_its_recorder_cost(backend):
-    """The overhead benchmark's decomposition reads this: CPU the recorder thread used in a region."""
+def test_the_meter_reports_what_its_recorder_cost(sim_state, monkeypatch):
+    """The overhead benchmark's decomposition reads this: CPU the recorder thread used in a region
+    (in real time: on the simulator's virtual clock the recorder runs without a thread)."""
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    backend = open_backend("sim")
     meter = EnergyMeter(backend, backend.select(None))
     assert meter.last_thread_cpu_s is None
     with meter:
         spin(0.3)
+    backend.close()
     assert 0.0 < meter.last_thread_cpu_s < 0.1   # a few reads per 100 ms tick, never the work itself
 
 
@@ -234,6 +241,7 @@ def test_reads_too_slow_to_date_the_ticks_still_give_a_bound_that_holds_the_trut
     """12 ms per counter read (the H100's p99 was 16 ms): the publications are dated only within
     wide brackets, and the bound says so by being wider; it still holds the exact integral."""
     monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", "12")
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")         # read costs are real time
     backend = open_backend("sim")
     gpu = backend.select(None)[0]
     meter = EnergyMeter(backend, [gpu])

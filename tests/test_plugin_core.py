@@ -325,7 +325,7 @@ import os
 import pynvml
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
 
-_sim = SimulatedNvml()
+_sim = SimulatedNvml(clock="wall")
 _MUTATING = ("nvmlDeviceSetPowerManagementLimit", "nvmlDeviceSetApplicationsClocks", "nvmlDeviceSetGpuLockedClocks",
              "nvmlDeviceSetPersistenceMode", "nvmlDeviceSetComputeMode", "nvmlDeviceResetGpuLockedClocks",
              "nvmlDeviceResetApplicationsClocks", "nvmlDeviceSetPowerManagementLimit_v2")

@@ -23,7 +23,7 @@ def spin(seconds: float) -> None:
 
 @pytest.fixture
 def nvml(sim_state):
-    lib = SimulatedNvml()
+    lib = SimulatedNvml(clock="wall")
     lib.nvmlInit()
     yield lib
     lib.nvmlShutdown()
@@ -52,7 +52,7 @@ def test_errors_are_pynvmls_own_classes(nvml):
         nvml.nvmlDeviceGetHandleByIndex(3)
     with pytest.raises(pynvml.NVMLError_NotFound):
         nvml.nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000")
-    fresh = SimulatedNvml()
+    fresh = SimulatedNvml(clock="wall")
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         fresh.nvmlDeviceGetCount()
 
@@ -62,7 +62,7 @@ def test_a_limit_outlives_the_process_that_set_it(nvml, sim_state):
     nvml.nvmlDeviceSetPowerManagementLimit(handle, 350_000)
     script = (
         "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(); n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)\n"
+        "n = SimulatedNvml(clock='wall'); n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)\n"
         "print(n.nvmlDeviceGetPowerManagementLimit(h)); n.nvmlDeviceSetPowerManagementLimit(h, 250000)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
@@ -117,30 +117,9 @@ def test_a_lower_cap_slows_the_work_down_and_saves_energy(nvml):
         nvml.simSetWorkloadProfile(2.0)
 
 
-def test_seeded_noise_varies_regions_and_repeats(sim_state):
-    def energies(seed):
-        lib = SimulatedNvml(noise_cv=0.05, seed=seed)
-        lib.nvmlInit()
-        handle = lib.nvmlDeviceGetHandleByIndex(0)
-        out = []
-        for _ in range(6):
-            lib.simSynchronize()
-            e0 = lib.simExactEnergyMj(handle)
-            spin(0.03)
-            out.append(lib._devices[0].noise_factor)
-            lib.simSynchronize()
-            out[-1] = (out[-1], lib.simExactEnergyMj(handle) - e0)
-        lib.nvmlShutdown()
-        return out
-    first, again = energies(7), energies(7)
-    factors = [f for f, _ in first]
-    assert [f for f, _ in again] == factors          # seeded: the same draws
-    assert 0.01 < statistics.stdev(factors) < 0.12    # about the requested 5 %
-
-
 def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "V100,K80")
-    lib = SimulatedNvml()
+    lib = SimulatedNvml(clock="wall")
     lib.nvmlInit()
     assert lib.nvmlDeviceGetCount() == 2
     k80 = lib.nvmlDeviceGetHandleByIndex(1)
@@ -163,7 +142,7 @@ def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
     ],
 )
 def test_faults_raise_what_real_nvml_raises(sim_state, faults, call, error):
-    lib = SimulatedNvml(faults=faults)
+    lib = SimulatedNvml(faults=faults, clock="wall")
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(error):
@@ -176,7 +155,7 @@ def test_faults_raise_what_real_nvml_raises(sim_state, faults, call, error):
 
 def test_fault_call_ranges_and_gpu_scope(sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
-    lib = SimulatedNvml(faults="set_error@1=2-2,set_ignored@0")
+    lib = SimulatedNvml(faults="set_error@1=2-2,set_ignored@0", clock="wall")
     lib.nvmlInit()
     h0, h1 = lib.nvmlDeviceGetHandleByIndex(0), lib.nvmlDeviceGetHandleByIndex(1)
     lib.nvmlDeviceSetPowerManagementLimit(h0, 300_000)                 # ignored: reports success
@@ -189,7 +168,7 @@ def test_fault_call_ranges_and_gpu_scope(sim_state, monkeypatch):
 
 
 def test_counter_faults(sim_state):
-    lib = SimulatedNvml(faults="counter_reset=3,counter_stuck=5")
+    lib = SimulatedNvml(faults="counter_reset=3,counter_stuck=5", clock="wall")
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     first = lib.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -210,7 +189,7 @@ def test_malformed_fault_specs_are_named(text):
 
 
 def test_a_corrupt_state_file_is_a_clear_error(sim_state):
-    lib = SimulatedNvml()
+    lib = SimulatedNvml(clock="wall")
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     lib.nvmlDeviceGetPowerManagementLimit(handle)   # the state file exists from the first use
@@ -234,7 +213,7 @@ def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_
     script = (
         "import time\n"
         "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(); n.nvmlInit()\n"
+        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
         "end = time.process_time() + 0.2\n"
         "while time.process_time() < end: pass\n"
         "n.simSynchronize(); n.nvmlShutdown()\n"
@@ -252,7 +231,7 @@ def test_energy_from_another_process_reaches_the_shared_counter(nvml):
     script = (
         "import time\n"
         "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(); n.nvmlInit()\n"
+        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
         "end = time.process_time() + 0.4\n"
         "while time.process_time() < end: pass\n"
         "n.simSynchronize(); n.nvmlShutdown()\n"

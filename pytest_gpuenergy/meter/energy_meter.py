@@ -66,6 +66,7 @@ class EnergyMeter:
         compute_bound: float | None = None,
         min_time_s: float = DEFAULT_MIN_TIME_S,
         on_result: Callable[[EnergyResult], None] | None = None,
+        work: Any = None,
     ) -> None:
         if not gpus:
             raise MeasurementError("no GPU to measure")
@@ -81,6 +82,7 @@ class EnergyMeter:
         self.compute_bound = compute_bound
         self.min_time_s = min_time_s
         self.on_result = on_result
+        self.work = work            # simulator: the GPU work of one call (measure) or one block, if declared
         self.results: list[EnergyResult] = []
         self.last_region: tuple[float, float] | None = None
         self.last_thread_cpu_s: float | None = None   # CPU the recorders used during that region
@@ -91,6 +93,9 @@ class EnergyMeter:
             self.recorders = [registry.of(gpu) for gpu in self.gpus]   # they start learning now
         except pynvml.NVMLError as exc:
             raise MeasurementError(f"reading the energy of {self.gpus[0].label} failed: NVML: {exc}") from None
+        # On the simulator the process's CPU time stands for GPU work only inside this meter's
+        # regions and warm-up calls: a test's setup and the meter's own work are not GPU work.
+        backend.count_cpu_work(False)
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -124,7 +129,10 @@ class EnergyMeter:
             return
         if exc_type is not None:
             region.release()
+            self.backend.count_cpu_work(False)
             return
+        if self.work is not None:
+            self.backend.declare_work(self.work)
         region.end()
         readings = region.resolve()
         self._note_region(region)
@@ -199,9 +207,11 @@ class EnergyMeter:
         clock = self.backend.clock
         for _ in range(warmup):
             self.backend.synchronize()   # work queued before this call is not this call's
+            self.backend.count_cpu_work(True)
             started = clock()
-            fn(*args, **kwargs)
+            self._call(fn, args, kwargs)
             self.backend.synchronize()
+            self.backend.count_cpu_work(False)
             one_call_s = clock() - started
             # A synchronisation costs time of its own, which would make a short call look slower
             # than it is (and its region too short): take off what an idle one costs.
@@ -237,7 +247,7 @@ class EnergyMeter:
         done = 0
         for _ in range(_MAX_RESIZES + 1):
             for _ in range(calls):
-                fn(*args, **kwargs)
+                self._call(fn, args, kwargs)
             done += calls
             self.backend.synchronize()
             elapsed_s = clock() - region.t0
@@ -260,10 +270,16 @@ class EnergyMeter:
             remaining_s = after - clock()
             batch = max(1, math.ceil(0.8 * remaining_s / max(one_call_s, 1e-6))) if remaining_s > 5 * one_call_s else 1
             for _ in range(batch):
-                fn(*args, **kwargs)
+                self._call(fn, args, kwargs)
             extra += batch
             self.backend.synchronize()
         return extra
+
+    def _call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        result = fn(*args, **kwargs)
+        if self.work is not None:
+            self.backend.declare_work(self.work)
+        return result
 
     def _start_region(self, *, align: bool, calls: int | None = None) -> "_Region":
         self.backend.use(self.gpus)
@@ -319,6 +335,7 @@ class _Region:
         self.others = _other_processes([r.gpu for r in self.recorders])
         self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
+        self.backend.count_cpu_work(True)
         self.t0 = clock()
         self.t1 = math.nan
         self.calls = 1
@@ -353,6 +370,7 @@ class _Region:
     def end(self) -> None:
         self.backend.synchronize()
         self.t1 = self.clock()
+        self.backend.count_cpu_work(False)
         self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
         after = _other_processes([r.gpu for r in self.recorders])
         self.others = [a | b for a, b in zip(self.others, after)]
@@ -382,6 +400,7 @@ class _Region:
         return readings
 
     def release(self) -> None:
+        self.backend.count_cpu_work(False)
         for recorder, token in zip(self.recorders, self.holds):
             recorder.release(token)
 

@@ -83,6 +83,17 @@ def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: boo
     Publications come every period, so the value a read saw is at most a period old (half a period
     more is allowed for the driver's jitter).
     """
+    found = _publications(reads, lattice, repeats)
+    if lattice is not None and found is None:
+        # A read dated by the lattice contradicts what the reads themselves show: the lattice is
+        # off here by more than its error bound, so no date it gives can be trusted.
+        found = _publications(reads, None, repeats)
+    assert found is not None
+    return found
+
+
+def _publications(reads: Sequence[Read], lattice: Lattice | None, repeats: bool) -> list[Publication] | None:
+    """See :func:`publications`; None when the lattice contradicts the reads."""
     found: list[Publication] = []
     previous: Read | None = None
     oldest_s = _STALEST_PERIODS * (lattice.period_s if lattice is not None else NOMINAL_PERIOD_S)
@@ -91,7 +102,10 @@ def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: boo
         last = found[-1] if found else None
         if last is not None and _same_publication(last, read, dated, lattice, repeats, oldest_s):
             if dated is not None and last.tick is None:
-                found[-1] = _dated(last, lattice, dated) or last
+                narrowed = _dated(last, lattice, dated)
+                if narrowed is None:
+                    return None
+                found[-1] = narrowed
             previous = read
             continue
         if last is not None and last.tick is not None and dated is not None and dated[0] <= last.tick:
@@ -104,7 +118,12 @@ def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: boo
             dated = lattice.only_tick_within(candidate.earliest, candidate.latest)
             if dated is not None and last is not None and last.tick is not None and dated[0] <= last.tick:
                 dated = None
-        found.append((_dated(candidate, lattice, dated) if dated is not None else None) or candidate)
+        if dated is not None:
+            narrowed = _dated(candidate, lattice, dated)
+            if narrowed is None:
+                return None
+            candidate = narrowed
+        found.append(candidate)
         previous = read
     return found
 

@@ -71,7 +71,7 @@ class Recorder:
         self._reads: list[Read] = []
         self._holds: dict[int, float] = {}
         self._next_hold = 0
-        self._jitter = random.Random(seed)
+        self._jitter = random.Random(seed if seed is not None else gpu.uuid)   # the same plan every run
         self._latency_s = 0.0
         self._read_cost_s = 0.0          # how long a read takes (a real H100: 2.4 ms): reads must start that much earlier
         self._since_refresh = _REFRESH_EVERY
@@ -336,6 +336,38 @@ def power_window_s(gpu: Gpu) -> float:
     return _AVERAGE_POWER_WINDOW_S if capability > (8, 0) else _INSTANT_POWER_WINDOW_S
 
 
+class PlanDriver:
+    """Runs a recorder's plan on a simulator's virtual clock: woken at exactly the moments it asks for."""
+
+    def __init__(self, recorder: Recorder, clock: Any, sleep_until: Callable[[float], None]) -> None:
+        self.recorder = recorder
+        self.clock = clock
+        self._sleep_until = sleep_until
+        self.plan: Any = None
+
+    def start(self) -> None:
+        self.plan = self.clock.start(self.recorder.schedule(), self.recorder.failed)
+
+    def wait_until(self, moment: float) -> None:
+        """Move the clock to ``moment``, then on to the plan's next read if none was taken since."""
+        self._sleep_until(moment)
+        if not self.recorder.has_read_since(moment) and self.plan.alive:
+            self._sleep_until(self.plan.wake_at)
+
+    def is_alive(self) -> bool:
+        return self.plan is not None and self.plan.alive
+
+    def stop(self) -> None:
+        if self.plan is not None:
+            self.plan.stop()
+
+    def cpu_s(self) -> float:
+        return 0.0
+
+    def user_cpu_s(self) -> float | None:
+        return None
+
+
 class Recorders:
     """The recorders of one backend's GPUs: started on first use, stopped when the backend closes."""
 
@@ -350,7 +382,9 @@ class Recorders:
             recorder = self._by_uuid.get(gpu.uuid)
             if recorder is None:
                 recorder = Recorder(gpu, self.backend.clock, _method_for(gpu))
-                recorder.driver = ThreadDriver(recorder)
+                virtual = self.backend.virtual_clock
+                recorder.driver = (PlanDriver(recorder, virtual, self.backend.sleep_until) if virtual is not None
+                                   else ThreadDriver(recorder))
                 recorder.driver.start()
                 self._by_uuid[gpu.uuid] = recorder
             return recorder

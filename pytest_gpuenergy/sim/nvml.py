@@ -2,47 +2,37 @@
 
 ``SimulatedNvml`` has the pynvml functions the plugin uses, with the same names, arguments, units
 (mW, mJ, MHz) and error classes (pynvml's own ``NVMLError_*``), so the device code that drives a
-real GPU is exactly the code that runs in CI. What it adds is prefixed ``sim``: telling it which
-workload runs (``simSetWorkloadProfile``), waiting for its queued work (``simSynchronize``, the
-analogue of ``torch.cuda.synchronize``) and its exact energy integral (``simExactEnergyMj``,
-for accuracy benchmarks).
+real GPU is exactly the code that runs in CI. What it adds is prefixed ``sim``: the GPU work a step
+launched (``simDeclareWork``; see ``work.declare_work``), how compute-bound undeclared work is
+(``simSetWorkloadProfile``), waiting for queued work (``simSynchronize``, the analogue of
+``torch.cuda.synchronize``), its clock (``simClock``) and its exact energy integral
+(``simExactEnergyMj``, for accuracy benchmarks).
 
-How the simulated GPU advances (see ``dvfs`` for the power model):
+How the simulated GPU advances (``device`` and ``timeline``; ``roofline`` and ``dvfs`` for the model):
 
-* The process's CPU work stands for GPU work. Between two calls, the CPU time the process used
-  (capped at the wall time) is the amount of full-speed GPU work launched. Like a real GPU the
-  simulated one executes it asynchronously: under a cap the work takes ``time_factor`` times as
-  long, the device falls behind the CPU, and ``simSynchronize`` sleeps until it has caught up, so
-  the caller's wall clock shows the slowdown as it would on real hardware.
-* While it has work the GPU draws its busy power for the operating point the governor picks under
-  the current limit; otherwise it draws idle power. Idle energy accrues with wall time even when
-  no process is attached, as on a real GPU.
-* The energy counter is published every ``counter_period_s`` (100 ms), instant power is the
-  average of a 25 ms window published every 100 ms, and ``nvmlDeviceGetPowerUsage`` averages 1 s
-  on Hopper: the plugin's meter has to cope with the same coarse readings as on real hardware.
-* Several processes share a GPU's energy through its state file: a process commits its work
-  there at least every second, at a ``simSynchronize`` 100 ms or more after its last commit, and
-  whenever it takes or hands over GPUs (``simUseDevices``), shuts down or exits.
-* Noise (``GPUENERGY_SIM_NOISE``, a coefficient of variation, seeded by ``GPUENERGY_SIM_SEED``)
-  multiplies the busy power by a factor drawn anew at each ``simSynchronize``, so each measured
-  region sees one draw.
-
-Several processes may share a simulated GPU: the limit and the committed energy live in its state
-file (see above for when each process commits its own energy). Power readings show the idle power
-plus the reading process's own work.
+* **Time** is virtual by default (``clock``): it moves only with the GPU's work and with waiting
+  on it, so declared work gives the same figures on any host. ``GPUENERGY_SIM_CLOCK=wall`` runs
+  the simulated GPU in real time instead.
+* **Work**: a step's declared work becomes time and power under the current limit (the roofline
+  model, through the DVFS model) and is queued on the GPU. Where nothing was declared, the CPU
+  time the process used inside measured regions stands for GPU work. Like a real GPU the simulated
+  one executes asynchronously; ``simSynchronize`` waits until the queued work has finished.
+* **Readings** are as coarse as real ones: the counter is published every ``counter_period_s``
+  (100 ms), instant power is the average of a 25 ms window published every 100 ms, and
+  ``nvmlDeviceGetPowerUsage`` averages 1 s on Hopper.
+* **State**: the limit (and, on the wall clock, the energy of other processes) lives in the GPU's
+  state file; a process commits its energy there when it hands a GPU over, shuts down or exits,
+  and on the wall clock also at least every second and at synchronisations 100 ms apart.
 """
 
 from __future__ import annotations
 
 import atexit
-import bisect
 import os
-import random
+import secrets
 import sys
 import threading
 import time
-import zlib
-from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -50,10 +40,13 @@ from typing import Any, Callable, Sequence
 import pynvml
 
 from ..processes import is_alive
-from .dvfs import DEFAULT_COMPUTE_BOUND, OperatingPoint, WorkloadProfile, operating_point
+from . import work as work_registry
+from .clock import CLOCK_ENV, VirtualClock, WallClock, clock_from_env
+from .device import SimDevice
+from .dvfs import DEFAULT_COMPUTE_BOUND, WorkloadProfile
 from .faults import FaultPlan, parse_faults
-from .models import GpuSpec
-from .state import GpuState, GpuStateFile, SimStateError, default_state_dir, load_machine
+from .roofline import GpuWork
+from .state import SimStateError, default_state_dir, load_machine
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"
@@ -63,16 +56,12 @@ SEED_ENV = "GPUENERGY_SIM_SEED"
 #: here: set it to see the meter under real read costs. The wait releases the GIL, as ctypes does.
 COUNTER_READ_ENV = "GPUENERGY_SIM_COUNTER_READ_MS"
 
-_HISTORY_S = 15.0         # power history kept for windowed averages and the exact integral of recent regions
-_COMMIT_PERIOD_S = 1.0   # at the latest; file I/O costs the GIL (see state.py)
+DEFAULT_NOISE = 0.02      # the drift of a kind of step between sessions (its CV); a quarter of it per region
+_COMMIT_PERIOD_S = 1.0   # wall clock: at the latest; file I/O costs the GIL (see state.py)
 # simSynchronize commits no more often than this: a commit is a locked rewrite of the state file
 # (about 1.5 ms), and other processes see a real GPU's counter as late as its 100 ms publication.
 # A process hands a GPU over (simUseDevices, shutdown, exit) with everything committed.
 _SYNC_COMMIT_PERIOD_S = 0.1
-# Another process's committed work shows on the counter this long after its commit: longer than a
-# state file is cached (GpuStateFile.RECHECK_S), so no reader sees it earlier for one tick than another.
-_VISIBLE_AFTER_S = 0.1
-_COMMITS_KEPT_S = 10.0
 _DRIVER_VERSION = "simulated"
 
 
@@ -82,159 +71,8 @@ class SimDeviceHandle:
     uuid: str
 
 
-@dataclass(frozen=True)
-class _Segment:
-    """An interval [start, end] in which the device drew ``dynamic_w`` above idle."""
-
-    start: float
-    end: float
-    dynamic_w: float          # power above idle, noise and the busy share included
-    dynamic_at_start_mj: float
-
-
-def _segment_start(segment: _Segment) -> float:
-    return segment.start
-
-
 def _nvml_error(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
-
-
-class _SimDevice:
-    """One simulated GPU as seen by this process."""
-
-    def __init__(self, owner: "SimulatedNvml", spec: GpuSpec, index: int, state_dir: Path) -> None:
-        self.owner = owner
-        self.spec = spec
-        self.index = index
-        self.state_file = GpuStateFile(state_dir, spec, index)
-        self.uuid = self.state_file.uuid
-        now_wall, now_cpu = owner.wall_clock(), owner.cpu_clock()
-        self.last_wall = now_wall
-        self.last_cpu = now_cpu
-        self.busy_until = now_wall
-        self.own_dynamic_mj = 0.0
-        self.own_committed_mj = 0.0
-        self.last_commit = now_wall
-        self.segments: deque[_Segment] = deque()
-        self.noise_factor = 1.0
-        self._rng = random.Random(f"{owner.seed}/{index}")
-        phase_rng = random.Random(self.uuid)
-        self.counter_phase_s = phase_rng.uniform(0, spec.counter_period_s)
-        self.power_phase_s = phase_rng.uniform(0, spec.power_publish_s)
-        self.stuck_value_mj: int | None = None
-        self.last_counter_mj: int | None = None
-        self._op_cache: dict[tuple[int, float], OperatingPoint] = {}
-
-    # -- the model ---------------------------------------------------------------------------
-    def operating_point(self, limit_mw: int) -> OperatingPoint:
-        key = (limit_mw, self.owner.profile.compute_bound)
-        if key not in self._op_cache:
-            self._op_cache[key] = operating_point(self.spec, self.owner.profile, limit_mw / 1000.0)
-        return self._op_cache[key]
-
-    def advance(self) -> GpuState:
-        """Account for the time and work since the last call; returns the current state.
-
-        The CPU work since the last call arrived at some moments in between that the simulator
-        cannot see, so it is taken as spread evenly over the interval (a fluid model): the GPU
-        first works off what was still queued, then is busy for the new work's share of the rest
-        of the interval; what does not fit stays queued. Calls come often (every read of the
-        meter's recorder, every synchronisation), so the smearing is at most a publication period.
-        """
-        state = self.state_file.read()
-        now, cpu = self.owner.wall_clock(), self.owner.cpu_clock()
-        elapsed = now - self.last_wall
-        if elapsed <= 0:
-            return state
-        work_s = min(max(cpu - self.last_cpu, 0.0), elapsed) if self.index in self.owner.active else 0.0
-        point = self.operating_point(state.limit_mw)
-        busy_w = max(point.busy_power_w * self.noise_factor - self.spec.idle_w, 0.0)
-        device_s = work_s * point.time_factor
-        queued_s = min(max(self.busy_until - self.last_wall, 0.0), elapsed)
-        rest_s = elapsed - queued_s
-        share = min(1.0, device_s / rest_s) if rest_s > 0 else 0.0
-        self._append_segment(self.last_wall, self.last_wall + queued_s, busy_w)
-        self._append_segment(self.last_wall + queued_s, now, busy_w * share)
-        if queued_s >= elapsed:
-            self.busy_until += device_s
-        else:
-            self.busy_until = now + max(device_s - rest_s, 0.0)
-        while self.segments and self.segments[0].end < now - _HISTORY_S:
-            self.segments.popleft()
-        self.last_wall, self.last_cpu = now, cpu
-        if now - self.last_commit >= _COMMIT_PERIOD_S:
-            state = self.commit()
-        return state
-
-    def _append_segment(self, start: float, end: float, dynamic_w: float) -> None:
-        """Add [start, end] at ``dynamic_w``, merged into the previous segment at the same power."""
-        if end <= start:
-            return
-        if self.segments and self.segments[-1].dynamic_w == dynamic_w and self.segments[-1].end == start:
-            self.segments[-1] = replace(self.segments[-1], end=end)
-        else:
-            self.segments.append(_Segment(start, end, dynamic_w, self.own_dynamic_mj))
-        self.own_dynamic_mj += dynamic_w * (end - start) * 1000.0
-
-    def commit(self) -> GpuState:
-        pending = self.own_dynamic_mj - self.own_committed_mj
-        self.last_commit = self.last_wall
-        if pending <= 0:
-            return self.state_file.read()
-        now, pid = self.last_wall, os.getpid()
-
-        def add(state: GpuState) -> GpuState:
-            kept = tuple(c for c in state.recent_commits if c[0] >= now - _COMMITS_KEPT_S)
-            return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((now, pid, pending),))
-
-        state = self.state_file.update(add, durable=False)
-        self.own_committed_mj += pending
-        return state
-
-    def _own_dynamic_at(self, t: float) -> float:
-        segments = self.segments
-        if not segments or t >= segments[-1].end:
-            return self.own_dynamic_mj
-        if t <= segments[0].start:
-            return segments[0].dynamic_at_start_mj
-        seg = segments[bisect.bisect_right(segments, t, key=_segment_start) - 1]
-        return seg.dynamic_at_start_mj + seg.dynamic_w * (min(t, seg.end) - seg.start) * 1000.0
-
-    def energy_mj_at(self, t: float, state: GpuState) -> float:
-        """The exact energy integral since the counter started, at wall time ``t`` (recent past)."""
-        idle_mj = self.spec.idle_w * (t - state.created_at) * 1000.0
-        me = os.getpid()
-        not_yet_mj = sum(mj for when, pid, mj in state.recent_commits if pid != me and when > t - _VISIBLE_AFTER_S)
-        others_mj = state.dynamic_mj - self.own_committed_mj - not_yet_mj
-        return idle_mj + others_mj + self._own_dynamic_at(t) - state.counter_offset_mj
-
-    @staticmethod
-    def last_tick(now: float, period_s: float, phase_s: float) -> float:
-        return phase_s + ((now - phase_s) // period_s) * period_s
-
-    def average_power_mw(self, window_s: float) -> int:
-        """The power reading published last: the average over ``window_s`` before its publication,
-        with the sensor's jitter (up to 0.5 W, the same for every reader of that publication). A
-        real reading is never the same twice in a row; that is also how a reader sees a new one."""
-        state = self.advance()
-        period = self.spec.power_publish_s
-        published = self.last_tick(self.last_wall, period, self.power_phase_s)
-        energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
-        tick = round((published - self.power_phase_s) / period)
-        jitter_mw = zlib.crc32(f"{self.uuid}/{tick}".encode()) % 1001 - 500
-        return max(int(round(energy_mj / window_s)) + jitter_mw, 0)
-
-    def is_busy(self) -> bool:
-        return self.busy_until > self.last_wall or bool(self.segments and self.segments[-1].dynamic_w > 0)
-
-    def process_marker(self, pid: int) -> Path:
-        """A file whose presence says that ``pid`` runs work on this GPU."""
-        return self.state_file.path.with_suffix(".procs") / str(pid)
-
-    def new_noise_epoch(self) -> None:
-        cv = self.owner.noise_cv
-        self.noise_factor = max(0.5, 1.0 + cv * self._rng.gauss(0.0, 1.0)) if cv > 0 else 1.0
 
 
 class SimulatedNvml:
@@ -249,21 +87,28 @@ class SimulatedNvml:
         faults: str | None = None,
         noise_cv: float | None = None,
         seed: int | None = None,
-        wall_clock: Callable[[], float] = time.time,
+        clock: str | None = None,
         cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self._requested_models = tuple(models) if models is not None else None
         self._faults_text = faults if faults is not None else os.environ.get(FAULTS_ENV, "")
-        self.noise_cv = noise_cv if noise_cv is not None else _env_float(NOISE_ENV, 0.0, low=0.0, high=0.5)
-        self.seed = seed if seed is not None else int(_env_float(SEED_ENV, 0, low=-2**31, high=2**31))
+        self.noise_cv = noise_cv if noise_cv is not None else _env_float(NOISE_ENV, DEFAULT_NOISE, low=0.0, high=0.5)
+        self.seed = seed if seed is not None else session_seed()
         self.counter_read_s = _env_float(COUNTER_READ_ENV, 0.0, low=0.0, high=1000.0) / 1000.0
-        self.wall_clock = wall_clock
+        kind = clock_from_env(clock if clock is not None else os.environ.get(CLOCK_ENV))
+        self.clock: VirtualClock | WallClock = VirtualClock() if kind == "virtual" else WallClock()
         self.cpu_clock = cpu_clock
+        self.commit_period_s = _COMMIT_PERIOD_S
+        self.counts_cpu = True      # the CPU-time proxy; a meter turns it on only inside its regions
+        self.quiet = 0              # > 0 while the virtual clock moves: plans' reads are not GPU work
+        # Once work is declared, all of it is: the CPU-time proxy is off until the GPUs change
+        # hands (the next test), so that no host CPU time can creep into declared figures.
+        self.declared = False
         self.faults = FaultPlan(parse_faults(self._faults_text))
         self.profile = WorkloadProfile(DEFAULT_COMPUTE_BOUND)
         self.active: set[int] = set()
-        self._devices: list[_SimDevice] = []
+        self._devices: list[SimDevice] = []
         self._init_count = 0
         self._lock = threading.RLock()
 
@@ -278,11 +123,12 @@ class SimulatedNvml:
         with self._lock:
             if self._init_count == 0:
                 specs = load_machine(self.state_dir, self._requested_models)
-                self._devices = [_SimDevice(self, spec, i, self.state_dir) for i, spec in enumerate(specs)]
+                self._devices = [SimDevice(self, spec, i, self.state_dir) for i, spec in enumerate(specs)]
                 self._set_active(set(range(len(self._devices))))
                 for device in self._devices:
                     device.new_noise_epoch()
                 atexit.register(self._commit_at_exit)
+                work_registry.register(self)
             self._init_count += 1
 
     def nvmlShutdown(self) -> None:
@@ -291,6 +137,7 @@ class SimulatedNvml:
             self._init_count -= 1
             if self._init_count == 0:
                 atexit.unregister(self._commit_at_exit)
+                work_registry.unregister(self)
                 self._commit_all()
 
     def _commit_at_exit(self) -> None:
@@ -310,7 +157,11 @@ class SimulatedNvml:
         if self._init_count <= 0:
             raise _nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
 
-    def _device(self, handle: SimDeviceHandle, fault_kind: str | None = None) -> _SimDevice:
+    def wall_now(self) -> float:
+        """The host's clock (commits are stamped with it, whatever the simulator's clock)."""
+        return time.time()
+
+    def _device(self, handle: SimDeviceHandle, fault_kind: str | None = None) -> SimDevice:
         self._require_init()
         if not isinstance(handle, SimDeviceHandle) or not 0 <= handle.index < len(self._devices):
             raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -395,8 +246,8 @@ class SimulatedNvml:
         # A slow read (COUNTER_READ_ENV) takes its value in the middle and holds no GIL while it
         # waits, like a ctypes call into the real library: one wait, then the value as of then.
         taken_at = None
-        if self.counter_read_s:
-            taken_at = self.wall_clock() + self.counter_read_s / 2
+        if self.counter_read_s and not self.clock.virtual:
+            taken_at = self.clock.now() + self.counter_read_s / 2
             time.sleep(self.counter_read_s)
         with self._lock:
             device = self._device(handle, "read")
@@ -404,9 +255,10 @@ class SimulatedNvml:
                 raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return self._counter_reading(device, taken_at)
 
-    def _counter_reading(self, device: _SimDevice, taken_at: float | None = None) -> int:
+    def _counter_reading(self, device: SimDevice, taken_at: float | None = None) -> int:
         state = device.advance()
-        moment = device.last_wall if taken_at is None else min(taken_at, device.last_wall)
+        now = self.clock.now()
+        moment = now if taken_at is None else min(taken_at, now)
         tick = device.last_tick(moment, device.spec.counter_period_s, device.counter_phase_s)
         read = self.faults.count("counter_read", device.index)
         if read and self.faults.active("counter_reset", device.index, read):
@@ -430,7 +282,7 @@ class SimulatedNvml:
         with self._lock:
             device = self._device(handle, "read")
             values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
-            timestamp_us = int(device.owner.wall_clock() * 1e6)
+            timestamp_us = int(self.clock.now() * 1e6)
             for slot, field_id in zip(values, field_ids):
                 slot.fieldId = field_id
                 slot.timestamp = timestamp_us
@@ -486,6 +338,7 @@ class SimulatedNvml:
                     device.commit()   # a hand-over: the next holder's counter starts after this work
             if wanted != self.active:
                 self._set_active(wanted)
+                self.declared = False
 
     def _set_active(self, indices: set[int]) -> None:
         for device in self._devices:
@@ -512,30 +365,92 @@ class SimulatedNvml:
             self._require_init()
             for device in self._devices:
                 device.advance()
-            wait_s = max((d.busy_until for d in self._devices), default=0.0) - self.wall_clock()
-        if wait_s > 0:
-            time.sleep(wait_s)
+                device.flush()
+            done_at = max((d.timeline.end for d in self._devices if d.index in self.active), default=0.0)
+            if self.clock.virtual:
+                self._move_clock_to(done_at)
+        if not self.clock.virtual:
+            self.clock.sleep_until(done_at)
         with self._lock:
             for device in self._devices:
                 device.advance()
-                if device.last_wall - device.last_commit >= _SYNC_COMMIT_PERIOD_S:
+                if not self.clock.virtual and device.last_seen - device.last_commit >= _SYNC_COMMIT_PERIOD_S:
                     device.commit()
                 device.new_noise_epoch()
 
-    def simExactEnergyMj(self, handle: SimDeviceHandle, wall_time: float | None = None) -> float:
-        """The model's exact energy integral (not quantised, not delayed) at ``wall_time``."""
+    def simSleepUntil(self, moment: float) -> None:
+        """Wait until ``moment`` on the simulator's clock (at once on a virtual one: time moves there)."""
+        if self.clock.virtual:
+            with self._lock:
+                self._move_clock_to(moment)
+        else:
+            self.clock.sleep_until(moment)
+
+    def _move_clock_to(self, moment: float) -> None:
+        """Advance the virtual clock, waking whatever waits on it; what that costs the CPU is not GPU work."""
+        for device in self._devices:
+            device.advance()
+        self.quiet += 1
+        try:
+            self.clock.sleep_until(moment)
+        finally:
+            self.quiet -= 1
+            for device in self._devices:
+                device.forget_cpu()
+
+    def simDeclareWork(self, work: GpuWork) -> None:
+        """One step of GPU work was launched: queue it on the GPUs this process uses (see ``work``)."""
+        with self._lock:
+            self._require_init()
+            self.declared = True
+            for device in self._devices:
+                if device.index in self.active:
+                    device.declare(work)
+
+    def simCountCpuWork(self, counting: bool) -> None:
+        """Whether the process's CPU time stands for GPU work from now on (where none is declared).
+
+        A meter turns it on for its regions only, so that a test's own setup and the plugin's work
+        between regions never count as GPU work.
+        """
+        with self._lock:
+            for device in self._devices:
+                device.advance()
+                device.forget_cpu()
+                if not counting:
+                    device.pending_cpu_s = 0.0     # gathered outside what was to count
+            self.counts_cpu = counting
+
+    def simExactEnergyMj(self, handle: SimDeviceHandle, moment: float | None = None) -> float:
+        """The model's exact energy integral (not quantised, not delayed) at ``moment`` on its clock."""
         with self._lock:
             device = self._device(handle)
             state = device.advance()
-            return device.energy_mj_at(device.last_wall if wall_time is None else wall_time, state)
+            return device.energy_mj_at(self.clock.now() if moment is None else moment, state)
 
-    def simWallClock(self) -> float:
-        return self.wall_clock()
+    def simClock(self) -> VirtualClock | WallClock:
+        """The simulator's clock: ``now()``, ``sleep_until()``; a virtual one also runs plans (``start``)."""
+        return self.clock
+
+    def simSeed(self) -> int:
+        return self.seed
 
     def simArmFaults(self, text: str) -> None:
         """Inject faults (``GPUENERGY_SIM_FAULTS`` syntax) counted from the next call on, while running."""
         with self._lock:
             self.faults.arm(parse_faults(text))
+
+
+def session_seed() -> int:
+    """``GPUENERGY_SIM_SEED``, or a new random seed (noise differs from session to session, as on
+    real GPUs; the plugin records the seed so a session can be repeated exactly)."""
+    text = os.environ.get(SEED_ENV, "").strip()
+    if not text:
+        return secrets.randbits(31)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{SEED_ENV}={text!r} is not a whole number") from None
 
 
 def _env_float(name: str, default: float, *, low: float, high: float) -> float:

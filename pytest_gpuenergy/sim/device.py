@@ -1,0 +1,202 @@
+"""One simulated GPU as one process sees it: its limit and state on disk, its power timeline, its
+energy counter and power readings, and the noise of its figures.
+
+What the GPU does comes from two sources (see ``timeline``): work a step declared (the roofline
+model turns it into time and power under the current limit, through the DVFS model), and, where
+nothing was declared, the process's CPU time standing for GPU work. Idle power accrues with the
+simulator's clock.
+
+Noise (``GPUENERGY_SIM_NOISE``, default 2 %) is drawn from ``GPUENERGY_SIM_SEED`` only: a drift per
+session and kind of step (the seed, the GPU and the step's figures decide it, so every session
+with one seed draws the same), and a smaller one per measured region (per synchronisation).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .dvfs import OperatingPoint, operating_point
+from .models import GpuSpec
+from .roofline import GpuWork, run_step
+from .state import GpuState, GpuStateFile
+from .timeline import Timeline
+
+if TYPE_CHECKING:
+    from .nvml import SimulatedNvml
+
+# Another process's committed work shows on the counter this long after its commit (wall clock):
+# longer than a state file is cached (GpuStateFile.RECHECK_S), so no reader sees it earlier for
+# one tick than another.
+VISIBLE_AFTER_S = 0.1
+COMMITS_KEPT_S = 10.0
+REGION_NOISE_SHARE = 0.5          # the noise per region, as a share of the noise per session
+
+
+class SimDevice:
+    """One simulated GPU in this process."""
+
+    def __init__(self, owner: "SimulatedNvml", spec: GpuSpec, index: int, state_dir: Path) -> None:
+        self.owner = owner
+        self.spec = spec
+        self.index = index
+        self.state_file = GpuStateFile(state_dir, spec, index)
+        self.uuid = self.state_file.uuid
+        now = owner.clock.now()
+        self.timeline = Timeline(now)
+        self.last_seen = now                 # the clock when work was last accounted
+        self.last_cpu = owner.cpu_clock()
+        self.pending_cpu_s = 0.0             # virtual clock: CPU-proxy work not yet queued
+        self.own_committed_mj = 0.0
+        self.last_commit = now
+        self.region_time_factor = 1.0
+        self.region_power_factor = 1.0
+        self._region_rng = random.Random(f"{owner.seed}/{index}/regions")
+        phase_rng = random.Random(self.uuid)
+        self.counter_phase_s = phase_rng.uniform(0, spec.counter_period_s)
+        self.power_phase_s = phase_rng.uniform(0, spec.power_publish_s)
+        self.stuck_value_mj: int | None = None
+        self.last_counter_mj: int | None = None
+        self._op_cache: dict[tuple[int, float], OperatingPoint] = {}
+        self._drift_cache: dict[tuple[float, ...], tuple[float, float]] = {}
+        # On a virtual clock the counter starts from what earlier processes left on it, in whole
+        # millijoules, so that its differences do not depend on that history.
+        self.counter_base_mj = 0.0
+        self.offset_at_start = 0.0
+        if owner.clock.virtual:
+            state = self.state_file.read()
+            self.counter_base_mj = float(math.floor(state.dynamic_mj))
+            self.offset_at_start = state.counter_offset_mj
+
+    # -- the model ---------------------------------------------------------------------------
+    def operating_point(self, limit_mw: int) -> OperatingPoint:
+        key = (limit_mw, self.owner.profile.compute_bound)
+        if key not in self._op_cache:
+            self._op_cache[key] = operating_point(self.spec, self.owner.profile, limit_mw / 1000.0)
+        return self._op_cache[key]
+
+    def advance(self) -> GpuState:
+        """Account for the CPU-proxy work since the last call (where nothing was declared meanwhile).
+
+        On a virtual clock it is only gathered here and queued at the next synchronisation
+        (:meth:`flush`), and dropped if a step declares its work before then: time stands still
+        between calls there, and host CPU time must never creep into declared figures.
+        """
+        state = self.state_file.read()
+        owner = self.owner
+        now, cpu = owner.clock.now(), owner.cpu_clock()
+        if owner.counts_cpu and not owner.quiet and not owner.declared and self.index in owner.active:
+            work_s = max(cpu - self.last_cpu, 0.0)
+            if owner.clock.virtual:
+                self.pending_cpu_s += work_s
+            else:
+                point = self.operating_point(state.limit_mw)
+                busy_w = max(point.busy_power_w * self.region_power_factor - self.spec.idle_w, 0.0)
+                self.timeline.flow(self.last_seen, max(now, self.last_seen), min(work_s, now - self.last_seen) *
+                                   point.time_factor, busy_w)
+        self.last_seen, self.last_cpu = max(now, self.last_seen), cpu
+        self.timeline.trim(now)
+        if not owner.clock.virtual and now - self.last_commit >= owner.commit_period_s:
+            state = self.commit()
+        return state
+
+    def flush(self) -> None:
+        """Queue the CPU-proxy work gathered since the last synchronisation (virtual clock)."""
+        work_s, self.pending_cpu_s = self.pending_cpu_s, 0.0
+        if work_s <= 0 or self.owner.declared:
+            return
+        point = self.operating_point(self.state_file.read().limit_mw)
+        busy_w = max(point.busy_power_w * self.region_power_factor - self.spec.idle_w, 0.0)
+        now = self.owner.clock.now()
+        self.timeline.flow(now, now, work_s * point.time_factor, busy_w)
+
+    def forget_cpu(self) -> None:
+        """The CPU time used so far is not GPU work (the simulator's own, or outside a region)."""
+        self.last_cpu = self.owner.cpu_clock()
+
+    def declare(self, work: GpuWork) -> None:
+        """Queue one step of declared work under the current limit."""
+        state = self.advance()
+        self.pending_cpu_s = 0.0
+        run = run_step(self.spec, work, state.limit_mw / 1000.0)
+        drift_time, drift_power = self._session_drift(work)
+        duration = run.step_s * drift_time * self.region_time_factor
+        dynamic_w = run.dynamic_w * drift_power * self.region_power_factor
+        ceiling_w = max(state.limit_mw / 1000.0 - self.spec.idle_w, 0.0)   # the governor holds the limit
+        self.timeline.queue(self.owner.clock.now(), duration, min(dynamic_w, ceiling_w))
+
+    def _session_drift(self, work: GpuWork) -> tuple[float, float]:
+        """(time, power) factors of this kind of step in this session: drawn from the seed alone."""
+        key = work.key
+        if key not in self._drift_cache:
+            cv = self.owner.noise_cv
+            rng = random.Random(f"{self.owner.seed}/{self.index}/{key}")
+            self._drift_cache[key] = (math.exp(rng.gauss(0.0, cv)), math.exp(rng.gauss(0.0, cv))) if cv else (1.0, 1.0)
+        return self._drift_cache[key]
+
+    def new_noise_epoch(self) -> None:
+        """Each measured region (between two synchronisations) draws its own small deviation."""
+        cv = self.owner.noise_cv * REGION_NOISE_SHARE
+        if cv > 0:
+            self.region_time_factor = math.exp(self._region_rng.gauss(0.0, cv))
+            self.region_power_factor = math.exp(self._region_rng.gauss(0.0, cv))
+
+    def commit(self) -> GpuState:
+        """Add this process's energy above idle to the GPU's state file (other processes read it)."""
+        now = self.last_seen
+        pending = self.timeline.dynamic_mj_at(now) - self.own_committed_mj
+        self.last_commit = now
+        if pending <= 0:
+            return self.state_file.read()
+        wall, pid = self.owner.wall_now(), os.getpid()
+
+        def add(state: GpuState) -> GpuState:
+            kept = tuple(c for c in state.recent_commits if c[0] >= wall - COMMITS_KEPT_S)
+            return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((wall, pid, pending),))
+
+        state = self.state_file.update(add, durable=False)
+        self.own_committed_mj += pending
+        return state
+
+    # -- what NVML shows ---------------------------------------------------------------------------
+    def energy_mj_at(self, moment: float, state: GpuState) -> float:
+        """The exact energy integral since the counter started, at ``moment`` on the simulator's clock."""
+        own_mj = self.timeline.dynamic_mj_at(moment)
+        if self.owner.clock.virtual:
+            # Virtual time is this process's own: other processes' work is not on its timeline.
+            reset_mj = state.counter_offset_mj - self.offset_at_start
+            return self.counter_base_mj + self.spec.idle_w * moment * 1000.0 + own_mj - reset_mj
+        idle_mj = self.spec.idle_w * (moment - state.created_at) * 1000.0
+        me = os.getpid()
+        not_yet_mj = sum(mj for when, pid, mj in state.recent_commits if pid != me and when > moment - VISIBLE_AFTER_S)
+        others_mj = state.dynamic_mj - self.own_committed_mj - not_yet_mj
+        return idle_mj + others_mj + own_mj - state.counter_offset_mj
+
+    @staticmethod
+    def last_tick(now: float, period_s: float, phase_s: float) -> float:
+        return phase_s + ((now - phase_s) // period_s) * period_s
+
+    def average_power_mw(self, window_s: float) -> int:
+        """The power reading published last: the average over ``window_s`` before its publication,
+        with the sensor's jitter (up to 0.5 W, the same for every reader of that publication). A
+        real reading is never the same twice in a row; that is also how a reader sees a new one."""
+        state = self.advance()
+        period = self.spec.power_publish_s
+        published = self.last_tick(self.owner.clock.now(), period, self.power_phase_s)
+        energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
+        tick = round((published - self.power_phase_s) / period)
+        jitter_mw = zlib.crc32(f"{self.uuid}/{tick}".encode()) % 1001 - 500
+        return max(int(round(energy_mj / window_s)) + jitter_mw, 0)
+
+    def is_busy(self) -> bool:
+        return self.timeline.busy_at(self.owner.clock.now())
+
+    def process_marker(self, pid: int) -> Path:
+        """A file whose presence says that ``pid`` runs work on this GPU."""
+        return self.state_file.path.with_suffix(".procs") / str(pid)
+
