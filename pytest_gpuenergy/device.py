@@ -245,6 +245,14 @@ class Backend:
         if self.simulated:
             self.nvml.simCountCpuWork(counting)
 
+    def sim_settings(self) -> dict[str, Any] | None:
+        """Simulator: its clock, seed and noise (what makes its figures repeat); None on real GPUs."""
+        return self.nvml.simSettings() if self.simulated else None
+
+    def sim_work_source(self) -> str | None:
+        """Simulator: ``declared`` or ``cpu-time`` (what stood for GPU work); None on real GPUs."""
+        return self.nvml.simWorkSource() if self.simulated else None
+
     def declare_work(self, work: Any) -> None:
         """Simulator only: one step of declared GPU work was launched (no-op on real GPUs)."""
         if self.simulated:

@@ -5,6 +5,8 @@ Registered through the ``pytest11`` entry point, so installing the package enabl
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import threading
 from pathlib import Path
@@ -23,6 +25,8 @@ from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
 from .reports.digest import Skipped, skipped_groups
 from .reports.terminal import session_lines, tables_for, wrap
 from .session import EnergySession, SessionOptions
+from .sim.nvml import SEED_ENV
+from .sim.roofline import GPU_WORK_FIELDS, GpuWork
 from .storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
@@ -40,10 +44,10 @@ _MARKERS = (
     "instead of --gpu-caps",
     "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
     "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies",
-    "energy(repeat=None, compute_bound=None, min_time=None): how to measure this test: calls of the "
+    "energy(repeat=None, compute_bound=None, min_time=None, work=None): how to measure this test: calls of the "
     "test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds",
 )
-_ENERGY_KEYS = {"repeat", "compute_bound", "min_time"}
+_ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work"}
 
 
 # -- options -------------------------------------------------------------------------------------
@@ -169,6 +173,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     options = _parse_settings(config)
     gate_options = _gate_options(config)
+    _share_the_simulators_seed(config)
     session = EnergySession(options)
     try:
         session.start(repair=not hasattr(config, "workerinput"))
@@ -191,6 +196,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_GATE_KEY] = gate
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
     _interrupt_on_termination(config)
+
+
+def _share_the_simulators_seed(config: pytest.Config) -> None:
+    """One seed for the whole session: pytest-xdist workers inherit it from the controller, so the
+    simulated GPUs draw the same noise in every worker (and the run document records it)."""
+    if not hasattr(config, "workerinput") and not os.environ.get(SEED_ENV, "").strip():
+        os.environ[SEED_ENV] = str(secrets.randbits(31))
 
 
 def _interrupt_on_termination(config: pytest.Config) -> None:
@@ -292,7 +304,22 @@ def _energy_settings(item: pytest.Item) -> dict:
     min_time = settings.get("min_time")
     if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or not min_time >= 0):
         raise ValueError(f"energy(min_time=) must be a number of seconds >= 0, got {min_time!r}")
+    if settings.get("work") is not None:
+        settings["work"] = _declared_work(settings["work"])
     return settings
+
+
+def _declared_work(work: Any) -> GpuWork:
+    """``energy(work={"flops_tf32": 2e12, "bytes": 5e10, "kernels": 900})``: one call's GPU work."""
+    if isinstance(work, GpuWork):
+        return work
+    if not isinstance(work, dict):
+        raise ValueError(f"energy(work=) must be a dict of {', '.join(GPU_WORK_FIELDS)}, got {work!r}")
+    unknown = sorted(set(work) - set(GPU_WORK_FIELDS))
+    if unknown:
+        raise ValueError(f"energy(work=) got unknown figure(s) {', '.join(map(str, unknown))}; "
+                         f"allowed: {', '.join(GPU_WORK_FIELDS)}")
+    return GpuWork(**work)
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -355,6 +382,7 @@ def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ener
             request.node.nodeid,
             compute_bound=settings.get("compute_bound"),
             min_time_s=settings.get("min_time"),
+            work=settings.get("work"),
         )
     except GpuEnergyError as exc:
         pytest.fail(str(exc), pytrace=False)
@@ -452,6 +480,7 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
         "energy_min_time": options.min_time_s,
         "args": [str(a) for a in config.invocation_params.args],
         "skipped": [vars(item) for item in config.stash.get(_SKIPPED_KEY, [])],
+        "simulator": energy.backend.sim_settings() if energy.backend is not None else None,
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from .budgets import Budget, check_budget, select_budget
 from .capping import CapSpec, PowerCap, PowerCapper
@@ -107,6 +107,10 @@ class EnergySession:
             return [f"gpuenergy: unavailable: {self.unavailable}"]
         backend = self._require_backend()
         lines = [f"gpuenergy: backend {backend.name}: {backend.label}"]
+        settings = backend.sim_settings()
+        if settings is not None:
+            lines.append(f"  simulator: {settings['clock']} clock, noise {100 * settings['noise']:g} %, seed {settings['seed']} "
+                         f"(GPUENERGY_SIM_SEED={settings['seed']} repeats this session's figures)")
         for gpu in self.gpus:
             limits = self.limits[gpu.uuid]
             try:
@@ -160,7 +164,8 @@ class EnergySession:
             default_w={g.gpu_uuid: g.default_w for g in cap.gpus},
         )
 
-    def meter(self, test_id: str, *, compute_bound: float | None = None, min_time_s: float | None = None) -> EnergyMeter:
+    def meter(self, test_id: str, *, compute_bound: float | None = None, min_time_s: float | None = None,
+              work: Any = None) -> EnergyMeter:
         backend = self._require_backend()
         return EnergyMeter(
             backend,
@@ -169,6 +174,7 @@ class EnergySession:
             compute_bound=compute_bound,
             min_time_s=self.options.min_time_s if min_time_s is None else min_time_s,
             on_result=lambda result: self.record(test_id, result),
+            work=work,
         )
 
     def begin_call(self, test_id: str) -> None:

@@ -21,8 +21,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="tiny (CPU seconds, the default) or full (the papers' configurations, for a GPU)")
     group.addoption("--workload-device", dest="workload_device", default=None,
                     help="torch device to run on (default: cuda where available, else cpu)")
+    group.addoption("--workload-sim-size", dest="workload_sim_size", default=None, choices=("tiny", "full"),
+                    help="on the GPU simulator, whose GPU work a step declares: full (default: the papers' "
+                         "configurations, whatever size the CPU runs) or tiny")
     parser.addini("workload_size", "default for --workload-size")
     parser.addini("workload_device", "default for --workload-device")
+    parser.addini("workload_sim_size", "default for --workload-sim-size")
 
 
 def _setting(config: pytest.Config, name: str, default: str) -> str:
@@ -38,15 +42,22 @@ def workload_size(pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
+def workload_sim_size(pytestconfig: pytest.Config) -> str:
+    """On the simulator: the size whose GPU work the steps declare (full by default)."""
+    size = _setting(pytestconfig, "workload_sim_size", "full")
+    if size not in ("tiny", "full"):
+        raise pytest.UsageError(f"workload_sim_size = {size!r}: choose tiny or full")
+    return size
+
+
+@pytest.fixture(scope="session")
 def workload_device(pytestconfig: pytest.Config) -> str:
     """The torch device; on the CPU, torch runs single-threaded for the whole suite.
 
-    On the CPU the workloads stand in for GPU work, and the simulated GPU counts the process's
-    CPU time as that work. With several intra-op threads, a machine whose other core is busy
-    makes torch's threads spin-wait at every barrier: the CPU time of a step, and so its
-    simulated energy, grew up to 17x under one busy neighbour (2-core machine). One thread
-    keeps a step's CPU time what the step needs, whatever else runs; the tiny sizes gain
-    nothing from a second thread anyway.
+    On the CPU the steps declare their GPU work to the simulator, so the host's speed plays no
+    part in the figures; one intra-op thread keeps a step's CPU cost down on a small shared
+    machine (two threads spin-wait at every barrier beside a busy neighbour), and the tiny sizes
+    gain nothing from a second one.
     """
     import torch
 
@@ -84,9 +95,11 @@ def _session_simulated(config: pytest.Config) -> bool | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give each suite case the energy budgets recorded for its workload, mode and size."""
-    size = _setting(config, "workload_size", "tiny")
+    """Give each suite case the energy budgets recorded for its workload, mode and size: on the
+    simulator the size whose work the steps declare (``--workload-sim-size``), on a real GPU the
+    size that runs."""
     simulated = _session_simulated(config)
+    size = _setting(config, "workload_sim_size" if simulated else "workload_size", "full" if simulated else "tiny")
     budgets = [e for e in load_budgets() if applies(e, simulated)] if BUDGETS_FILE.exists() else []
     for item in items:
         case = getattr(item, "callspec", None)

@@ -8,14 +8,23 @@ lives here, so that all nine workloads are measured the same way.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import torch
 from torch import nn
 
+from pytest_gpuenergy.sim import GpuWork, declare_work, simulating
+from pytest_gpuenergy.sim.counting import count_work
+
 SIZES: tuple[str, ...] = ("tiny", "full")
 MODES: tuple[str, ...] = ("train", "infer")
+#: Each workload's step's GPU work per mode and size, counted by count_work.py: under the GPU
+#: simulator a workload declares the work of its ``sim_size`` at every step.
+DECLARED_WORK_FILE = Path(__file__).with_name("declared_work.json")
 
 #: A workload's fixed batch: ``(inputs, targets)``; either part may itself be a tuple of tensors.
 Batch = tuple[Any, Any]
@@ -74,14 +83,18 @@ class Workload:
     #: the global generator from the workload seed and the step index so that runs repeat.
     stochastic_train_step: ClassVar[bool] = False
 
-    def __init__(self, size: str, mode: str, device: torch.device | str, seed: int) -> None:
+    def __init__(self, size: str, mode: str, device: torch.device | str, seed: int, sim_size: str | None = None) -> None:
         check_choice("size", size, self.spec.sizes)
         check_choice("mode", mode, self.spec.modes)
+        if sim_size is not None:
+            check_choice("simulated size", sim_size, self.spec.sizes)
         self.size = size
+        self.sim_size = sim_size or size
         self.mode = mode
         self.device = torch.device(device)
         self.seed = seed
         self._steps_done = 0
+        self._work: GpuWork | None = None      # this step's GPU work, counted once (simulator only)
         self.model: nn.Module = _seeded_model(type(self), size, seed).to(self.device)
         self.model.train(mode == "train")
         data_generator = torch.Generator().manual_seed(seed)
@@ -119,14 +132,38 @@ class Workload:
         return self._batch
 
     def step(self) -> float:
-        """One training step (forward, loss, backward, update) or one inference forward pass."""
-        if self.mode == "infer":
-            with torch.inference_mode():
-                loss = self.compute_loss(self._batch)
+        """One training step (forward, loss, backward, update) or one inference forward pass.
+
+        Under the GPU simulator the step also declares its GPU work, so that the simulated GPU runs
+        it the same on any host: the work of ``sim_size`` (counted from this step's shapes on its
+        first call when that is the size that runs, else from ``declared_work.json``).
+        """
+        if not simulating():
+            loss = self._one_step()
+        elif self._work is None and self.sim_size == self.size:
+            self._work, loss = count_work(self._one_step)
         else:
-            loss = self._train_step()
+            self._work = self._work or counted_work(self.spec.name, self.mode, self.sim_size)
+            loss = self._one_step()
+        if self._work is not None:
+            declare_work(self._work)
         self._steps_done += 1
         return float(loss.item())
+
+    def step_without_declaring(self) -> torch.Tensor:
+        """One step's loss tensor, declaring nothing (what ``count_work.py`` counts)."""
+        return self._one_step()
+
+    @property
+    def work(self) -> GpuWork | None:
+        """The GPU work of one step, once counted (under the simulator)."""
+        return self._work
+
+    def _one_step(self) -> torch.Tensor:
+        if self.mode == "infer":
+            with torch.inference_mode():
+                return self.compute_loss(self._batch)
+        return self._train_step()
 
     def run(self, steps: int) -> list[float]:
         """``steps`` consecutive steps; the losses, in order."""
@@ -180,12 +217,32 @@ def list_workloads() -> list[WorkloadSpec]:
 
 
 def build(name: str, size: str = "tiny", mode: str = "train", device: torch.device | str = "cpu",
-          seed: int = 0) -> Workload:
-    """Build a ready-to-step workload: seeded weights, a fixed seeded batch, its optimiser."""
+          seed: int = 0, sim_size: str | None = None) -> Workload:
+    """Build a ready-to-step workload: seeded weights, a fixed seeded batch, its optimiser.
+
+    ``sim_size``: whose GPU work a step declares under the GPU simulator (default: ``size``).
+    """
     cls = _workload_class(name)
     check_choice("size", size, cls.spec.sizes)
     check_choice("mode", mode, cls.spec.modes)
-    return cls(size, mode, device, seed)
+    return cls(size, mode, device, seed, sim_size)
+
+
+@lru_cache(maxsize=None)
+def _declared_work_table() -> dict[str, Any]:
+    data = json.loads(DECLARED_WORK_FILE.read_text(encoding="utf-8"))
+    if data.get("format") != "pytest-gpuenergy-declared-work" or data.get("version") != 1:
+        raise ValueError(f"{DECLARED_WORK_FILE} is not a version 1 declared-work file: rerun count_work.py")
+    return data["work"]
+
+
+def counted_work(name: str, mode: str, size: str) -> GpuWork:
+    """The GPU work of one step of ``name`` in ``mode`` at ``size``, as count_work.py counted it."""
+    try:
+        return GpuWork(**_declared_work_table()[name][mode][size])
+    except KeyError:
+        raise ValueError(f"{DECLARED_WORK_FILE.name} has no work for {name} {mode} {size}: "
+                         f"rerun python reference_workloads/count_work.py") from None
 
 
 def build_model(name: str, size: str, device: torch.device | str = "meta", seed: int = 0) -> nn.Module:

@@ -2,7 +2,9 @@
 
 Each case builds the workload, runs one untimed warm-up step (the first step in a process pays
 for one-off start-up), and measures the energy of its steps with ``energy_meter.measure``: the
-figures are per step. Budgets per GPU model and cap come from ``budgets.json``.
+figures are per step. Budgets per GPU model and cap come from ``budgets.json``. On the GPU
+simulator every step declares its GPU work (the papers' full-size configurations by default, see
+``--workload-sim-size``), so the simulated figures repeat on any host.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ CASES = [
 
 
 @pytest.fixture
-def workload(request: pytest.FixtureRequest, workload_size: str, workload_device: str):
+def workload(request: pytest.FixtureRequest, workload_size: str, workload_device: str, workload_sim_size: str):
     name, mode = request.param
-    built = build(name, size=workload_size, mode=mode, device=workload_device, seed=0)
+    built = build(name, size=workload_size, mode=mode, device=workload_device, seed=0, sim_size=workload_sim_size)
     built.step()  # untimed warm-up, outside every measurement
     return built
 

@@ -22,6 +22,66 @@ SIM_MODEL_CAPS = {"H100": ("60%", "80%", "100%"), "A100": ("60%", "80%", "100%")
                   "T4": ("100%",)}
 
 
+def main_job(tmp_path: Path, *args: str, seed: int | None = None, plugin: str | None = None) -> subprocess.CompletedProcess:
+    """``pytest reference_workloads ARGS`` in a fresh process, as the README runs it, on a private simulated GPU."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env["GPUENERGY_SIM_STATE"] = str(tmp_path / "sim-state")
+    if seed is not None:
+        env["GPUENERGY_SIM_SEED"] = str(seed)
+    command = [sys.executable, "-m", "pytest", "reference_workloads", *args, "-p", "no:cacheprovider", "-p", "no:randomly"]
+    if plugin is not None:
+        (tmp_path / "grow_plugin.py").write_text(plugin, encoding="utf-8")
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+        command += ["-p", "grow_plugin"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def saved_figures(storage: Path) -> dict[str, list[tuple[float, float]]]:
+    from pytest_gpuenergy.storage import RunStore
+
+    (document,) = RunStore(storage).runs()
+    return {case.case_id: [(rep.ets_j, rep.time_s) for rep in case.repetitions] for case in document.cases}
+
+
+def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(tmp_path):
+    """Declared work on a virtual clock: the host's load is no part of a simulated figure."""
+    quiet = main_job(tmp_path / "quiet", "--gpu-caps=60%,100%", f"--energy-storage={tmp_path / 'quiet-runs'}",
+                     "--energy-save", seed=11)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = main_job(tmp_path / "busy", "--gpu-caps=60%,100%", f"--energy-storage={tmp_path / 'busy-runs'}",
+                        "--energy-save", seed=11)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert quiet.returncode == busy.returncode == 0, quiet.stdout[-3000:] + busy.stdout[-3000:]
+    assert "seed 11" in quiet.stdout
+    first, second = saved_figures(tmp_path / "quiet-runs"), saved_figures(tmp_path / "busy-runs")
+    assert len(first) == 36 and first == second
+
+
+GROW_DECLARED_WORK = (
+    "import reference_workloads.registry as registry\n"
+    "counted = registry.counted_work\n"
+    "registry.counted_work = lambda *args: counted(*args).scaled(1.10)\n"
+)
+
+
+def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(tmp_path):
+    """With seed 1 (one of the seeds the budgets were made with), unchanged work passes its budget;
+    the same step doing 10 % more work goes over it, and the gate calls it a regression."""
+    case = "reference_workloads/test_energy_suite.py::test_energy[residual-train-100%]"
+    storage = f"--energy-storage={tmp_path / 'runs'}"
+    unchanged = main_job(tmp_path / "a", case, "--gpu-caps=100%", storage, "--energy-save", seed=1)
+    assert unchanged.returncode == 0, unchanged.stdout[-3000:]
+    grown = main_job(tmp_path / "b", case, "--gpu-caps=100%", storage, "--energy-fail=ets:5%", seed=1,
+                     plugin=GROW_DECLARED_WORK)
+    assert grown.returncode == pytest.ExitCode.TESTS_FAILED, grown.stdout[-3000:]
+    assert re.search(r"energy budget exceeded: ETS [\d.]+ J > budget [\d.]+ J \(\+[\d.]+ %\)", grown.stdout), grown.stdout[-3000:]
+    assert "REGRESSION" in grown.stdout and "residual-train" in grown.stdout, grown.stdout[-3000:]
+
+
 def test_the_main_job_passes_on_the_simulated_gpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENERGY_SIM")}
     env["GPUENERGY_SIM_STATE"] = str(tmp_path / "sim-state")
@@ -60,8 +120,9 @@ def test_budgets_cover_every_workload_mode_and_cap_of_the_simulated_models():
     for model, model_caps in SIM_MODEL_CAPS.items():
         for spec in list_workloads():
             for mode in spec.modes:
+                # Simulated budgets are for the work the steps declare: the full-size configurations.
                 caps = {e.get("cap") for e in budgets
-                        if model in e["gpu"] and (e["workload"], e["mode"], e["size"]) == (spec.name, mode, "tiny")}
+                        if model in e["gpu"] and (e["workload"], e["mode"], e["size"]) == (spec.name, mode, "full")}
                 assert {*model_caps, None} <= caps, (model, spec.name, mode, caps)
 
 

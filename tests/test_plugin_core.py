@@ -311,7 +311,7 @@ def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
             assert all(rep.calls >= 25 for rep in result.repetitions)
             assert result.time_s == pytest.approx(0.01, rel=0.3)      # per call
             assert result.ets_std_j >= 0 and result.ets_cv < 0.2
-            assert not result.notes
+            assert [n for n in result.notes if "CPU time stood for it" not in n] == []
         """
     ))
     pytester.runpytest().assert_outcomes(passed=1)
@@ -392,3 +392,37 @@ def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*GPUENERGY_BACKEND='cuda': choose from auto, nvml, sim, or unset it*"])
     assert run_cli("info", check=False).returncode == 2
+
+
+def test_the_energy_marker_declares_each_calls_gpu_work_to_the_simulator(pytester, sim_state):
+    """A test without torch says what one call launches; the simulated GPU runs exactly that."""
+    write(pytester, textwrap.dedent(
+        """
+        from pytest_gpuenergy.sim.models import GPU_MODELS
+        from pytest_gpuenergy.sim.roofline import GpuWork, run_step
+
+        WORK = {"flops_tf32": 2e12, "bytes": 5e10, "kernels": 900}
+
+        @pytest.mark.energy(work=WORK)
+        def test_declared(energy_meter):
+            result = energy_meter.measure(lambda: None, min_time_s=0.5)
+            expected = run_step(GPU_MODELS["H100"], GpuWork(**WORK), 700.0)
+            assert result.time_s == pytest.approx(expected.step_s, rel=0.05)       # the session's noise: 1.5 %
+            assert result.ets_j == pytest.approx(expected.energy_j, rel=0.05)
+            assert result.ets_low_j <= result.ets_j <= result.ets_high_j
+            assert not result.notes                                               # declared: no CPU-time note
+        """
+    ))
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("work", "message"), [
+    ("'lots'", "energy(work=) must be a dict"),
+    ("{'flops': 1e9}", "unknown figure(s) flops"),
+    ("{'bytes': -5}", "bytes must be a number from 0"),
+])
+def test_a_bad_declared_work_is_a_usage_error_naming_it(pytester, sim_state, work, message):
+    write(pytester, f"@pytest.mark.energy(work={work})\ndef test_a(energy_meter):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str() and "test_a" in result.stderr.str()

@@ -31,8 +31,11 @@ _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
 _WAIT_PERIODS = 6                # how many publication periods to wait for the ones after a region
 _ALIGN_MARGIN_S = 0.0005         # measure() starts this long (plus the lattice's error) after a tick
+CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
+                 "figure varies with the host (declare it: pytest_gpuenergy.sim.declare_work, or energy(work=...))")
 _PLANNED_CALL_SHARE = 0.1        # calls longer than this share of a period are planned to end on a tick
 _DURATION_ERROR = 0.005          # how far a planned region's predicted duration may be off
+_LEARNING_WAIT_S = 1.0           # how long measure() lets a new recorder learn the lattice before its first region
 
 
 @dataclass(frozen=True)
@@ -339,6 +342,7 @@ class _Region:
         self.t0 = clock()
         self.t1 = math.nan
         self.calls = 1
+        self.work_source: str | None = None
         self.one_call_s = meter.one_call_s
         self.thread_cpu_s = math.nan
         self.readings: list[RegionEnergy] = []
@@ -356,9 +360,9 @@ class _Region:
         a publication, which keeps the partly seen time at both edges short.
         """
         recorder = self.recorders[0]
-        lattice = recorder.learner.lattice
+        lattice = self._learned_lattice(recorder)
         now = self.clock()
-        if lattice is None or not recorder.learner.confident(now, 0.25 * lattice.period_s):
+        if lattice is None:
             return
         start_at = lattice.next_tick_after(now) + lattice.error_at(now) + _ALIGN_MARGIN_S
         if self.planned_calls and math.isfinite(one_call_s) and one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
@@ -367,10 +371,24 @@ class _Region:
         self.backend.sleep_until(start_at)
         self.aligned_to = lattice
 
+    def _learned_lattice(self, recorder: Recorder) -> Lattice | None:
+        """The recorder's lattice once it is good enough to align to; a new recorder (the first
+        region of a session) is given up to a second to learn it (the GPU idles meanwhile)."""
+        give_up_at = self.clock() + _LEARNING_WAIT_S
+        while True:
+            lattice = recorder.learner.lattice
+            now = self.clock()
+            if lattice is not None and recorder.learner.confident(now, 0.25 * lattice.period_s):
+                return lattice
+            if now >= give_up_at or not recorder.is_alive():
+                return None
+            recorder.wait_until(now + recorder.period_s)
+
     def end(self) -> None:
         self.backend.synchronize()
         self.t1 = self.clock()
         self.backend.count_cpu_work(False)
+        self.work_source = self.backend.sim_work_source()
         self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
         after = _other_processes([r.gpu for r in self.recorders])
         self.others = [a | b for a, b in zip(self.others, after)]
@@ -387,6 +405,8 @@ class _Region:
             except (MeasurementError, pynvml.NVMLError) as exc:
                 first_error = first_error or _as_measurement_error(recorder.gpu, exc)
                 continue
+            if self.work_source == "cpu-time":
+                reading.notes.append(CPU_TIME_NOTE)
             if pids:
                 reading.notes.append(
                     f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "

@@ -6,9 +6,10 @@ model turns it into time and power under the current limit, through the DVFS mod
 nothing was declared, the process's CPU time standing for GPU work. Idle power accrues with the
 simulator's clock.
 
-Noise (``GPUENERGY_SIM_NOISE``, default 2 %) is drawn from ``GPUENERGY_SIM_SEED`` only: a drift per
-session and kind of step (the seed, the GPU and the step's figures decide it, so every session
-with one seed draws the same), and a smaller one per measured region (per synchronisation).
+Noise (``GPUENERGY_SIM_NOISE``, default 1.5 %) is drawn from ``GPUENERGY_SIM_SEED`` only: a drift of
+the step time per session and kind of step (the seed, the GPU and the step's figures decide it, so
+every session with one seed draws the same; the energy follows the time), and a quarter of it per
+measured region (per synchronisation) on time and power.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 # one tick than another.
 VISIBLE_AFTER_S = 0.1
 COMMITS_KEPT_S = 10.0
-REGION_NOISE_SHARE = 0.5          # the noise per region, as a share of the noise per session
+REGION_NOISE_SHARE = 0.25         # the noise per region, as a share of the noise per session
 
 
 class SimDevice:
@@ -63,7 +64,7 @@ class SimDevice:
         self.stuck_value_mj: int | None = None
         self.last_counter_mj: int | None = None
         self._op_cache: dict[tuple[int, float], OperatingPoint] = {}
-        self._drift_cache: dict[tuple[float, ...], tuple[float, float]] = {}
+        self._drift_cache: dict[tuple[float, ...], float] = {}
         # On a virtual clock the counter starts from what earlier processes left on it, in whole
         # millijoules, so that its differences do not depend on that history.
         self.counter_base_mj = 0.0
@@ -124,19 +125,18 @@ class SimDevice:
         state = self.advance()
         self.pending_cpu_s = 0.0
         run = run_step(self.spec, work, state.limit_mw / 1000.0)
-        drift_time, drift_power = self._session_drift(work)
-        duration = run.step_s * drift_time * self.region_time_factor
-        dynamic_w = run.dynamic_w * drift_power * self.region_power_factor
+        duration = run.step_s * self._session_drift(work) * self.region_time_factor
+        dynamic_w = run.dynamic_w * self.region_power_factor
         ceiling_w = max(state.limit_mw / 1000.0 - self.spec.idle_w, 0.0)   # the governor holds the limit
         self.timeline.queue(self.owner.clock.now(), duration, min(dynamic_w, ceiling_w))
 
-    def _session_drift(self, work: GpuWork) -> tuple[float, float]:
-        """(time, power) factors of this kind of step in this session: drawn from the seed alone."""
+    def _session_drift(self, work: GpuWork) -> float:
+        """The step-time factor of this kind of step in this session: drawn from the seed alone."""
         key = work.key
         if key not in self._drift_cache:
             cv = self.owner.noise_cv
             rng = random.Random(f"{self.owner.seed}/{self.index}/{key}")
-            self._drift_cache[key] = (math.exp(rng.gauss(0.0, cv)), math.exp(rng.gauss(0.0, cv))) if cv else (1.0, 1.0)
+            self._drift_cache[key] = math.exp(rng.gauss(0.0, cv)) if cv else 1.0
         return self._drift_cache[key]
 
     def new_noise_epoch(self) -> None:

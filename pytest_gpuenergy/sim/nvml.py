@@ -56,7 +56,7 @@ SEED_ENV = "GPUENERGY_SIM_SEED"
 #: here: set it to see the meter under real read costs. The wait releases the GIL, as ctypes does.
 COUNTER_READ_ENV = "GPUENERGY_SIM_COUNTER_READ_MS"
 
-DEFAULT_NOISE = 0.02      # the drift of a kind of step between sessions (its CV); a quarter of it per region
+DEFAULT_NOISE = 0.015     # the drift of a kind of step's time between sessions (its CV); a quarter of it per region
 _COMMIT_PERIOD_S = 1.0   # wall clock: at the latest; file I/O costs the GIL (see state.py)
 # simSynchronize commits no more often than this: a commit is a locked rewrite of the state file
 # (about 1.5 ms), and other processes see a real GPU's counter as late as its 100 ms publication.
@@ -434,6 +434,14 @@ class SimulatedNvml:
 
     def simSeed(self) -> int:
         return self.seed
+
+    def simWorkSource(self) -> str:
+        """What stood for GPU work since the GPUs last changed hands: ``declared`` or ``cpu-time``."""
+        return "declared" if self.declared else "cpu-time"
+
+    def simSettings(self) -> dict[str, Any]:
+        """What makes a session's simulated figures repeat: the clock, the seed and the noise."""
+        return {"clock": "virtual" if self.clock.virtual else "wall", "seed": self.seed, "noise": self.noise_cv}
 
     def simArmFaults(self, text: str) -> None:
         """Inject faults (``GPUENERGY_SIM_FAULTS`` syntax) counted from the next call on, while running."""

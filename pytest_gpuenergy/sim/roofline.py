@@ -64,6 +64,9 @@ class GpuWork:
         return tuple(float(f"{getattr(self, f.name):.6g}") for f in fields(self))
 
 
+GPU_WORK_FIELDS = tuple(f.name for f in fields(GpuWork))
+
+
 @dataclass(frozen=True)
 class StepTimes:
     """One step at full clocks: compute, memory and host time, in seconds."""

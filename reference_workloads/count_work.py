@@ -1,0 +1,65 @@
+"""Count the GPU work of every reference workload's step, for the GPU simulator: ``declared_work.json``.
+
+    python reference_workloads/count_work.py
+
+Each workload, size and mode is built on PyTorch's ``meta`` device (shapes, no memory, no
+computing; ``speech`` on the CPU, because PyTorch's CTC loss has no meta kernel) and one step is
+counted with ``pytest_gpuenergy.sim.counting.count_work``: FLOPs per kind of unit from torch's
+FlopCounterMode, bytes moved and kernels from every operation's tensors. Under the simulator a
+workload declares this work at every step, so the simulated GPU runs the papers' configurations
+(``full``) even when the CPU runs the tiny ones (``--workload-sim-size``, default ``full``).
+Rerun it when a workload's model or batch changes (a test compares the file with a fresh count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+
+from pytest_gpuenergy.fileio import atomic_write_json  # noqa: E402
+from pytest_gpuenergy.sim.counting import count_work  # noqa: E402
+from reference_workloads import build, list_workloads  # noqa: E402
+from reference_workloads.registry import DECLARED_WORK_FILE, SIZES  # noqa: E402
+
+#: Workloads whose step cannot run on the meta device, counted on the CPU instead.
+CPU_COUNTED = {"speech"}
+
+
+def count(name: str, size: str, mode: str) -> dict[str, Any]:
+    device = "cpu" if name in CPU_COUNTED else "meta"
+    workload = build(name, size=size, mode=mode, device=device, seed=0)
+    work, _ = count_work(workload.step_without_declaring)
+    return asdict(work)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DECLARED_WORK_FILE)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    entries: dict[str, Any] = {}
+    for spec in list_workloads():
+        for mode in spec.modes:
+            for size in SIZES:
+                entries.setdefault(spec.name, {}).setdefault(mode, {})[size] = count(spec.name, size, mode)
+                print(f"{spec.name:12s} {mode:5s} {size:4s} {entries[spec.name][mode][size]}", flush=True)
+    atomic_write_json(args.out, {
+        "format": "pytest-gpuenergy-declared-work", "version": 1,
+        "generated_by": "python reference_workloads/count_work.py",
+        "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "torch": torch.__version__, "work": entries,
+    })
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
