@@ -9,16 +9,17 @@ in watts or percent matches when it resolves to the limit the test ran at on tha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .capping import CapSpec, CapSyntaxError, parse_cap
+from .capping import CapSpec, CapSyntaxError, cap_text, parse_cap
 from .device import PowerLimits
+from .validation import bounded_number, shown
 
 _FIGURES = {"ets": ("ets_j", "ETS", "J"), "edp": ("edp_js", "EDP", "J s"), "time": ("time_s", "T", "s")}
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}
 _CAP_TOLERANCE_MW = 500
+MAX_BUDGET = 1e15       # J, J s or s: far beyond any run, and small enough that every comparison stays finite
 
 
 class BudgetError(ValueError):
@@ -57,7 +58,7 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
     """Validate one marker's arguments; every problem is a BudgetError naming it and the fix."""
     if args:
         raise BudgetError(
-            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=), got positional {list(args)!r}"
+            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=), got positional {shown(list(args))}"
         )
     unknown = sorted(set(kwargs) - _ALLOWED)
     if unknown:
@@ -72,23 +73,24 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
         raise BudgetError("energy_budget needs at least one of ets= (J), edp= (J s), time= (s)")
     gpu = kwargs.get("gpu")
     if gpu is not None and (not isinstance(gpu, str) or not gpu.strip()):
-        raise BudgetError(f"energy_budget gpu= must be part of a GPU name such as 'H100', got {gpu!r}")
+        raise BudgetError(f"energy_budget gpu= must be part of a GPU name such as 'H100', got {shown(gpu)}")
     cap = kwargs.get("cap")
     cap_spec = None
     if cap is not None:
         if isinstance(cap, bool) or not isinstance(cap, (str, int, float)):
-            raise BudgetError(f"energy_budget cap= must be watts (200) or a percentage ('60%'), got {cap!r}")
+            raise BudgetError(f"energy_budget cap= must be watts (200) or a percentage ('60%'), got {shown(cap)}")
         try:
-            cap_spec = parse_cap(str(cap), source="energy_budget cap=")
+            cap_spec = parse_cap(cap_text(cap, "energy_budget cap="), source="energy_budget cap=")
         except CapSyntaxError as exc:
             raise BudgetError(str(exc)) from None
     return Budget(gpu=gpu.strip() if gpu else None, cap=cap_spec, **figures)
 
 
 def _positive_number(key: str, value: Any, unit: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise BudgetError(f"energy_budget {key}= must be a positive number of {unit}, got {value!r}")
-    return float(value)
+    number = bounded_number(value, low=0.0, high=MAX_BUDGET, low_open=True)   # 10**400 is out of range, not an overflow
+    if number is None:
+        raise BudgetError(f"energy_budget {key}= must be a positive number of {unit}, got {shown(value)} (at most {MAX_BUDGET:g} {unit})")
+    return number
 
 
 def select_budget(budgets: Iterable[Budget], gpu_name: str, limit_mw: int, limits: PowerLimits) -> Budget | None:

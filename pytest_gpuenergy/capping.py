@@ -3,17 +3,22 @@
 A cap is resolved per GPU (60 % of an H100's 700 W default is 420 W, of a V100's 300 W is
 180 W). Applying it follows one order, so that a crash at any point can be repaired:
 
-1. check every GPU's allowed range first (an out-of-range cap changes nothing and skips);
-2. take the GPUs' cross-process locks (two tests never cap one GPU at the same time);
-3. write the journal entry (UUID, previous limit) *before* touching the GPU;
-4. set the limit with NVML's v1 call and read back what the GPU enforces;
-5. on restore: set the exact previous limit (not the maximum), retrying transient errors, read
-   it back, and only then clear the journal entry and release the lock.
+1. take the GPUs' cross-process locks (two tests never cap one GPU at the same time), then read
+   the limits and check every GPU's allowed range (an out-of-range cap changes nothing and skips);
+2. write the journal entry (UUID, original limit) *before* touching the GPU. The original is the
+   limit the GPU had before anyone capped it: if the journal already has an entry for the GPU (a
+   killed xdist worker or session left its cap, or a restore failed), its original is kept and the
+   cap found on the GPU is never taken for the previous limit;
+3. set the limit with NVML's v1 call and read back what the GPU enforces;
+4. on restore: set the exact original limit (not the maximum), retrying transient errors, with
+   SIGINT/SIGTERM/SIGHUP held until it is done (``signals.py``), read it back, and only then clear
+   the journal entry and release the lock.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import warnings
@@ -26,8 +31,10 @@ import pynvml
 
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
 from .errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
-from .journal import Journal
+from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
+from .signals import signals_held
+from .validation import shown
 
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0
@@ -101,13 +108,21 @@ def parse_caps(text: str | Sequence[object], *, source: str = "--gpu-caps") -> l
     caps: list[CapSpec] = []
     seen: set[tuple[str, float | None]] = set()
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise CapSyntaxError(f"{source}: {item!r} is not a cap; write watts (150), 60%, or min, max, default")
-        cap = parse_cap(str(item), source=source)
+        cap = parse_cap(cap_text(item, source), source=source)
         if cap._identity not in seen:
             seen.add(cap._identity)
             caps.append(cap)
     return caps
+
+
+def cap_text(item: object, source: str) -> str:
+    """A cap given as a value (a marker's argument) as text, refusing what is no cap before printing it."""
+    hint = "write watts (150), 60%, or min, max, default"
+    if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+        raise CapSyntaxError(f"{source}: {shown(item)} is not a cap; {hint}")
+    if isinstance(item, int) and not -10**9 < item < 10**9:   # str() of 10**5000 raises
+        raise CapSyntaxError(f"{source}: {shown(item)} is not a plausible GPU power limit; {hint}")
+    return str(item)
 
 
 # -- applying a cap --------------------------------------------------------------------------
@@ -172,8 +187,11 @@ class PowerCap:
 @dataclass
 class _Applied:
     gpu: Gpu
-    previous_mw: int
-    target_mw: int
+    entry: JournalEntry       # holds the original limit that must come back
+
+    @property
+    def original_mw(self) -> int:
+        return self.entry.previous_limit_mw
 
 
 class PowerCapper:
@@ -206,37 +224,39 @@ class PowerCapper:
 
     def current(self) -> PowerCap:
         """The GPUs as they are, nothing changed (the case without ``--gpu-caps``)."""
-        return PowerCap("current", None, tuple(self._describe(g, g.limits(), None) for g in self.gpus))
+        described = []
+        for gpu in self.gpus:
+            limits = gpu.limits()
+            described.append(self._describe(gpu, limits, limits.current_mw, None))
+        return PowerCap("current", None, tuple(described))
 
     def apply(self, spec: CapSpec) -> PowerCap:
         if self._applied:
             raise LimitChangeError("a cap is already applied: restore it before applying another")
-        limits = {gpu.uuid: _read_limits(gpu) for gpu in self.gpus}
-        targets = {}
-        for gpu in self.gpus:
-            target = spec.resolve_mw(limits[gpu.uuid])
-            if not limits[gpu.uuid].contains(target):
-                raise CapOutOfRange(
-                    f"cap {spec.label} = {target / 1000:g} W is outside the allowed range "
-                    f"{limits[gpu.uuid].range_text()} of {gpu.label}"
-                )
-            targets[gpu.uuid] = target
         self._locks.enter_context(holding(lock_paths(self.lock_folder, [g.uuid for g in self.gpus])))
-        described = []
         try:
-            for gpu in self.gpus:
-                described.append(self._apply_one(gpu, limits[gpu.uuid], targets[gpu.uuid]))
+            limits = {gpu.uuid: _read_limits(gpu) for gpu in self.gpus}   # read under the lock
+            targets = {gpu.uuid: _target_mw(spec, gpu, limits[gpu.uuid]) for gpu in self.gpus}
+            described = [self._apply_one(gpu, limits[gpu.uuid], targets[gpu.uuid]) for gpu in self.gpus]
         except BaseException:
             self.restore()
             raise
         return PowerCap(spec.label, spec, tuple(described))
 
     def _apply_one(self, gpu: Gpu, limits: PowerLimits, target_mw: int) -> GpuCap:
-        previous = limits.current_mw
-        if target_mw == previous:
-            return self._describe(gpu, limits, target_mw)   # nothing to change, nothing to undo
-        self.journal.record(gpu, previous, target_mw)
-        self._applied.append(_Applied(gpu, previous, target_mw))
+        left = self.journal.entry(gpu.uuid)     # a cap someone left: its entry knows the original
+        original = left.previous_limit_mw if left is not None else limits.current_mw
+        if left is not None and left.pid != os.getpid():
+            _warn_taken_over(gpu, left, limits.current_mw)
+        if target_mw == limits.current_mw and left is None:
+            return self._describe(gpu, limits, original, target_mw)   # nothing to change, nothing to undo
+        self._applied.append(_Applied(gpu, self.journal.record(gpu, original, target_mw)))
+        enforced = limits.enforced_mw if target_mw == limits.current_mw else self._set(gpu, limits, target_mw)
+        return self._describe(gpu, limits, original, target_mw, enforced_mw=enforced)
+
+    @staticmethod
+    def _set(gpu: Gpu, limits: PowerLimits, target_mw: int) -> int:
+        """Set the cap and return what the GPU enforces; every failure is an error naming the GPU."""
         try:
             enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw))
         except pynvml.NVMLError_NoPermission:
@@ -249,7 +269,7 @@ class PowerCapper:
             raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost) while setting its limit") from None
         except pynvml.NVMLError as exc:
             raise LimitChangeError(f"setting the limit of {gpu.label} to {target_mw / 1000:g} W failed: NVML: {exc}") from None
-        if enforced == previous and enforced != target_mw:
+        if enforced == limits.current_mw and enforced != target_mw:
             raise LimitChangeError(
                 f"{gpu.label} still enforces {enforced / 1000:g} W after a request for {target_mw / 1000:g} W: "
                 f"the limit did not take effect (another power manager, or a driver that ignores it)"
@@ -259,40 +279,68 @@ class PowerCapper:
                 f"{gpu.label} enforces {enforced / 1000:g} W after a request for {target_mw / 1000:g} W; "
                 f"results record both",
                 PowerLimitWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        return self._describe(gpu, limits, target_mw, enforced_mw=enforced)
+        return enforced
 
     @staticmethod
-    def _describe(gpu: Gpu, limits: PowerLimits, target_mw: int | None, *, enforced_mw: int | None = None) -> GpuCap:
+    def _describe(gpu: Gpu, limits: PowerLimits, original_mw: int, target_mw: int | None, *,
+                  enforced_mw: int | None = None) -> GpuCap:
         return GpuCap(
             gpu_index=gpu.index, gpu_name=gpu.name, gpu_uuid=gpu.uuid,
             requested_w=None if target_mw is None else target_mw / 1000.0,
             enforced_w=(limits.enforced_mw if enforced_mw is None else enforced_mw) / 1000.0,
-            previous_w=limits.current_mw / 1000.0,
+            previous_w=original_mw / 1000.0,
             default_w=limits.default_mw / 1000.0, min_w=limits.min_mw / 1000.0, max_w=limits.max_mw / 1000.0,
         )
 
     def restore(self) -> None:
-        """Put every changed GPU back to its exact previous limit; raise if any stays changed.
+        """Put every changed GPU back to its exact original limit; raise if any stays changed.
 
-        Transient NVML errors are retried with a short backoff. A GPU that cannot be restored
-        keeps its journal entry (so ``gpuenergy restore`` can finish the job) and is named in the
-        error.
+        Transient NVML errors are retried with a short backoff; SIGINT, SIGTERM and SIGHUP wait
+        until the restore is done. A GPU that cannot be restored keeps its journal entry (so
+        ``gpuenergy restore``, or the end of the session, can finish the job) and is named in the error.
         """
-        failures = []
+        failures: list[str] = []
         try:
-            while self._applied:
-                applied = self._applied.pop()
-                problem = _restore_one(applied)
-                if problem is None:
-                    self.journal.clear(applied.gpu.uuid)
-                else:
-                    failures.append(problem)
+            if self._applied:
+                with signals_held(f"restoring the power limit of {', '.join(a.gpu.label for a in self._applied)}"):
+                    failures = self._restore_all()
         finally:
             self._locks.close()
         if failures:
             raise LimitRestoreError("; ".join(failures))
+
+    def _restore_all(self) -> list[str]:
+        failures = []
+        while self._applied:
+            applied = self._applied.pop()
+            problem = _restore_one(applied.gpu, applied.original_mw)
+            if problem is None:
+                self.journal.clear(applied.entry)
+            else:
+                failures.append(problem)
+        return failures
+
+
+def _target_mw(spec: CapSpec, gpu: Gpu, limits: PowerLimits) -> int:
+    target = spec.resolve_mw(limits)
+    if not limits.contains(target):
+        raise CapOutOfRange(
+            f"cap {spec.label} = {target / 1000:g} W is outside the allowed range {limits.range_text()} of {gpu.label}"
+        )
+    return target
+
+
+def _warn_taken_over(gpu: Gpu, left: JournalEntry, current_mw: int) -> None:
+    state = "still running" if left.owner_runs() else "gone"
+    warnings.warn(
+        f"{gpu.label} was left at {current_mw / 1000:g} W by pid {left.pid} ({state}, its restore never "
+        f"happened); this test takes over its journal entry and puts back the original "
+        f"{left.previous_limit_mw / 1000:g} W afterwards",
+        PowerLimitWarning,
+        stacklevel=4,
+    )
 
 
 def _read_limits(gpu: Gpu) -> PowerLimits:
@@ -304,8 +352,7 @@ def _read_limits(gpu: Gpu) -> PowerLimits:
         raise LimitChangeError(f"reading the power limits of {gpu.label} failed: NVML: {exc}") from None
 
 
-def _restore_one(applied: _Applied) -> str | None:
-    gpu, previous = applied.gpu, applied.previous_mw
+def _restore_one(gpu: Gpu, previous: int) -> str | None:
     last_problem = ""
     for attempt in range(RETRY_ATTEMPTS):
         if attempt:

@@ -10,7 +10,7 @@ from typing import Sequence
 from .compare_cli import add_compare_commands
 from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from .errors import GpuEnergyError
-from .journal import JournalCorrupt, journal_for
+from .journal import PROBLEM_ACTIONS, JournalEntry, journal_for
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     backend = open_backend(args.gpu_backend or default_backend())
     try:
         rows = gpu_rows(backend)
-        pending = journal_for(backend).entries()
+        pending = _pending_entries(backend)
     finally:
         backend.close()
     if args.json:
@@ -82,6 +82,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pending_entries(backend: Backend) -> list[JournalEntry]:
+    """The journal's entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
+    try:
+        return journal_for(backend).entries()
+    except GpuEnergyError as exc:
+        print(f"gpuenergy info: warning: {exc}", file=sys.stderr)
+        return []
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     backend = open_backend(args.gpu_backend or default_backend())
     try:
@@ -93,7 +102,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return 0
     for outcome in outcomes:
         print(f"{outcome.action}: {outcome.message}")
-    return 1 if any(o.action in ("failed", "gpu-missing", "owner-alive") for o in outcomes) else 0
+    return 1 if any(o.action in PROBLEM_ACTIONS for o in outcomes) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (GpuEnergyError, JournalCorrupt) as exc:
+    except GpuEnergyError as exc:      # also a damaged or untrusted journal entry
         print(f"gpuenergy {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -54,7 +54,7 @@ carries one session effect, so ``se**2`` gains ``2 * s_b**2``, with ``k - 1`` de
 then sees within-run noise only, and the comparison says so. Save several baselines (k >= 3;
 the t quantile at 99 % is 31.8 for k = 2, 4.5 for k = 4 and 3.4 for k = 6).
 
-The Student t quantile is computed here (regularised incomplete beta, DLMF 8.17.22), so the
+The Student t quantile is computed in ``student_t.py`` (regularised incomplete beta, DLMF 8.17.22), so the
 plugin does not depend on SciPy.
 """
 
@@ -196,9 +196,9 @@ class SessionNoise:
         if len(usable) < 2:
             return None
         means = [statistics.fmean(r) for r in usable]
-        between = statistics.variance([math.log(m) for m in means])
+        between = sample_variance([math.log(m) for m in means])
         within = statistics.fmean(
-            (statistics.stdev(r) / m) ** 2 / len(r) if len(r) > 1 else 0.0 for r, m in zip(usable, means)
+            sample_variance([v / m for v in r]) / len(r) if len(r) > 1 else 0.0 for r, m in zip(usable, means)
         )
         return cls(max(0.0, between - within), len(usable))
 
@@ -403,8 +403,8 @@ class _Spread:
 def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
                       confidence: float, session: SessionNoise | None = None) -> _Spread:
     """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method, session noise)."""
-    var_old = (statistics.stdev(old) / old_mean) ** 2 / len(old)
-    var_new = (statistics.stdev(new) / new_mean) ** 2 / len(new)
+    var_old = sample_variance([v / old_mean for v in old]) / len(old)     # cv**2 / n, scaled first: no overflow
+    var_new = sample_variance([v / new_mean for v in new]) / len(new)
     var_sessions = 2.0 * session.variance if session is not None else 0.0
     log_ratio = math.log(new_mean / old_mean)
     se = math.sqrt(var_old + var_new + var_sessions)
@@ -445,7 +445,9 @@ def compare_documents(
     if refusal:
         return Comparison(old.run_id, new.run_id, info_old, info_new, (), (refusal,), False, thresholds, confidence)
     runs = _history_runs(old, new, history)
-    cases = tuple(_compare_case(o, n, thresholds, confidence, runs) for o, n in _pair_cases(old.cases, new.cases))
+    saved = _saved_by_key(runs)
+    cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else ())
+                  for o, n in _pair_cases(old.cases, new.cases))
     notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),)
     return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
 
@@ -520,21 +522,49 @@ def _refusal(old: RunDocument, new: RunDocument) -> str | None:
     return None
 
 
+def sample_variance(values: Sequence[float]) -> float:
+    """The sample variance (n - 1) in floats: ``statistics.variance`` is exact in fractions, about 50 times
+    slower, which a comparison of 10,000 cases feels. Equal values give exactly 0 (a deterministic run)."""
+    if len(values) < 2:
+        raise ValueError("a sample variance needs at least two values")
+    if all(value == values[0] for value in values):
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    return math.fsum((value - mean) ** 2 for value in values) / (len(values) - 1)
+
+
+def _saved_by_key(runs: Sequence[RunDocument]) -> dict[tuple[str, str, int], list[CaseEntry]]:
+    """Every saved case by its key, in the runs' order: one pass, so a case's history is a look-up."""
+    saved: dict[tuple[str, str, int], list[CaseEntry]] = {}
+    for doc in runs:
+        for case in doc.cases:
+            saved.setdefault(case.key, []).append(case)
+    return saved
+
+
+def _by_test_and_cap(entries: Sequence[CaseEntry]) -> dict[tuple[str, str], list[CaseEntry]]:
+    grouped: dict[tuple[str, str], list[CaseEntry]] = {}
+    for entry in entries:
+        grouped.setdefault((entry.case_id, entry.cap), []).append(entry)
+    return grouped
+
+
 def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tuple[CaseEntry | None, CaseEntry | None]]:
     """Pairs by (case id, cap, GPU index); leftovers that match uniquely on (case id, cap) pair too.
 
     The second rule covers a runner whose one GPU of the model has another index this time.
+    Both rules are dictionary look-ups: the pairing is linear in the cases.
     """
     old_by_key = {entry.key: entry for entry in old}
     new_keys = {entry.key for entry in new}
     left_old = [e for e in old if e.key not in new_keys]
     left_new = [e for e in new if e.key not in old_by_key]
+    old_by_test = _by_test_and_cap(left_old)
     loose: dict[int, CaseEntry] = {}     # id(new entry) -> its old partner
-    for entry in left_new:
-        same = [o for o in left_old if (o.case_id, o.cap) == (entry.case_id, entry.cap)]
-        peers = [n for n in left_new if (n.case_id, n.cap) == (entry.case_id, entry.cap)]
+    for test_and_cap, peers in _by_test_and_cap(left_new).items():
+        same = old_by_test.get(test_and_cap, [])
         if len(same) == 1 and len(peers) == 1:
-            loose[id(entry)] = same[0]
+            loose[id(peers[0])] = same[0]
     used = {id(o) for o in loose.values()}
     pairs: list[tuple[CaseEntry | None, CaseEntry | None]] = []
     for entry in new:
@@ -544,13 +574,13 @@ def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tupl
 
 
 def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapping[str, float],
-                  confidence: float, history: Sequence[RunDocument] = ()) -> CaseComparison:
+                  confidence: float, saved: Sequence[CaseEntry] = ()) -> CaseComparison:
+    """One pair of cases; ``saved``: the baseline's case in the saved runs (the noise between sessions)."""
     entry = new or old
     assert entry is not None
     if old is None or new is None:
         status = NEW if old is None else MISSING
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
-    saved = [case for doc in history for case in doc.cases if case.key == old.key]
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
                SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]), _both_bounds(old, new, m))

@@ -45,3 +45,17 @@ class EnergyMeasurementWarning(UserWarning):
 
 class PowerLimitWarning(UserWarning):
     """A limit was applied, restored or repaired in a way the user should know about."""
+
+
+class JournalCorrupt(GpuEnergyError):
+    """A power-limit journal entry cannot be read; nothing is guessed, the user is told which file."""
+
+
+class UnsafeStateFile(GpuEnergyError):
+    """A journal or lock file another user could have planted or can change (a symlink, a hard link,
+    someone else's file, a world-writable one): acting on it could set a limit or overwrite a file."""
+
+
+class NotARegularFile(GpuEnergyError, OSError):
+    """A file to write (a report) exists and is a device, a folder or a FIFO: replacing it by rename
+    would destroy it. Also an ``OSError``, so that every caller reporting a failed write reports it."""

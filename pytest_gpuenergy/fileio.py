@@ -5,17 +5,30 @@ so every file this package keeps must be either the old version or the new one, 
 each: writes go to a temporary file in the same folder, are flushed to disk and then renamed over
 the target (rename is atomic on POSIX). Read-modify-write cycles across processes are serialised
 with ``flock`` on a separate lock file, which the kernel releases if the holder dies.
+
+The journal and the locks decide which power limit a GPU gets and which file is truncated, so
+they are only trusted when nobody else could have put them there: a state file must be a regular
+file of ours (or root's), with one link, that other users cannot write; a lock file is opened
+without following a symbolic link. A file we are asked to replace (a report) must be a regular
+file: renaming over ``/dev/full`` or a FIFO would destroy it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import NotARegularFile, UnsafeStateFile
+
+MAX_STATE_FILE_BYTES = 1 << 20      # a journal entry is a few hundred bytes; more is not ours
+_STATE_FOLDER_MODE = 0o755
 
 
 def atomic_write_text(path: Path, text: str, *, overwrite: bool = True, durable: bool = True) -> None:
@@ -25,8 +38,11 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True, durable:
     (the check and the rename are made atomic with a hard link, so two writers cannot both win).
     ``durable=False`` skips the fsyncs: still atomic against a killed process, not against a
     power cut; for state rewritten many times a second (the simulator's energy counter).
+    An existing ``path`` that is not a regular file (a device, a folder, a FIFO) is refused with
+    ``NotARegularFile`` (an ``OSError``) before anything is written.
     """
     path = Path(path)
+    refuse_non_regular(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -66,6 +82,24 @@ def atomic_write_json(path: Path, data: Any, *, overwrite: bool = True, durable:
     atomic_write_text(path, text, overwrite=overwrite, durable=durable)
 
 
+def refuse_non_regular(path: Path) -> None:
+    """Raise ``NotARegularFile`` if ``path`` (followed through symbolic links) exists and is no regular file."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return   # missing (or unreachable): the write itself says what is wrong
+    if not stat.S_ISREG(found.st_mode):
+        raise NotARegularFile(
+            f"{path} is {_kind(found.st_mode)}, not a regular file: refusing to replace it; give the path of a file to write"
+        )
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _fsync_dir(folder: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
@@ -75,16 +109,93 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+# -- state files: the journal and the locks ------------------------------------------------------
+
+def state_folder(folder: Path) -> Path:
+    """Create ``folder`` (``0755``) if missing; refuse one that every user can write without the sticky bit.
+
+    In such a folder anyone can replace or delete our journal entries, so a capped GPU could be
+    forgotten; with the sticky bit (``/tmp``) only the owner of a file can.
+    """
+    folder = Path(folder)
+    folder.mkdir(mode=_STATE_FOLDER_MODE, parents=True, exist_ok=True)
+    mode = os.stat(folder).st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise UnsafeStateFile(
+            f"{folder} is writable by every user: anyone could replace the power-limit journal or the GPU locks "
+            f"in it; make it yours only (chmod o-w {folder}) or point the state elsewhere"
+        )
+    return folder
+
+
+def check_state_file(path: Path, found: os.stat_result) -> None:
+    """Refuse a state file that another user could have planted or can change (see the module docstring)."""
+    me = os.geteuid()
+    if not stat.S_ISREG(found.st_mode):
+        problem = f"is {_kind(found.st_mode)}, not a regular file"
+    elif found.st_uid not in (me, 0):
+        problem = f"belongs to another user (uid {found.st_uid}; you are uid {me})"
+    elif found.st_mode & stat.S_IWOTH:
+        problem = "is writable by every user"
+    elif found.st_nlink > 1:
+        problem = f"has {found.st_nlink} hard links (it may be another file under a second name)"
+    else:
+        return
+    raise UnsafeStateFile(
+        f"{path} {problem}: pytest-gpuenergy refuses a journal or lock file someone else could have planted "
+        f"(it decides which power limit a GPU gets); check the GPU's limit with `gpuenergy info`, delete the file, "
+        f"and keep {path.parent} writable by you only"
+    )
+
+
+def open_state_file(path: Path, flags: int) -> int:
+    """``os.open`` a state file without following a symbolic link (nor blocking on a FIFO), then check it."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeStateFile(
+                f"{path} is a symbolic link: pytest-gpuenergy never follows one for a journal or lock file (it could "
+                f"point at a file to overwrite); delete it, and keep {path.parent} writable by you only"
+            ) from None
+        raise
+    try:
+        check_state_file(path, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_lock_file(path: Path) -> int:
+    """Open (creating, never truncating) a lock file in a safe state folder; the caller closes it."""
+    state_folder(Path(path).parent)
+    return open_state_file(Path(path), os.O_RDWR | os.O_CREAT)
+
+
+def read_state_text(path: Path) -> str:
+    """The text of a state file (``FileNotFoundError`` if missing); an unsafe file raises ``UnsafeStateFile``.
+
+    Undecodable bytes or a file too large for a journal entry raise ``ValueError``.
+    """
+    fd = open_state_file(Path(path), os.O_RDONLY)
+    try:
+        raw = os.read(fd, MAX_STATE_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_STATE_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_STATE_FILE_BYTES} bytes")
+    return raw.decode("utf-8")
+
+
 @contextlib.contextmanager
 def file_lock(lock_path: Path, *, blocking: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (created if missing) for the block.
+    """Hold an exclusive ``flock`` on ``lock_path`` (created if missing, checked as a state file) for the block.
 
     Yields True when the lock is held. With ``blocking=False`` it yields False instead of
     waiting when another process holds it.
     """
-    lock_path = Path(lock_path)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(Path(lock_path))
     try:
         flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
         try:

@@ -1,29 +1,46 @@
-"""The journal of changed power limits: how a killed run's caps get undone.
+"""The journal of changed power limits: how a GPU gets its original limit back, whoever capped it.
 
 A power limit survives the process that set it. Before the plugin changes a limit it writes the
-GPU's UUID and its previous limit here (atomically, one file per GPU), and it removes the entry
-once the previous limit is back and confirmed by reading it. An entry that is still there when
-its owner process is gone means a run died with the GPU capped: ``repair`` puts the previous
-limit back (``gpuenergy restore`` and the start of every session call it).
+GPU's UUID and its *original* limit here (atomically, one file per GPU), and it removes the entry
+only once the GPU reads back that original. The entry owns the original until then:
+
+* a capper that finds an entry (its writer dead, or alive after a restore that failed) takes it
+  over and keeps its original, so a cap left by a killed xdist worker or another session is never
+  taken for the GPU's own limit;
+* ``repair`` (the start and the end of every session, ``gpuenergy restore``) puts back the
+  original of an entry whose writer is gone, holding the GPU's lock and reading the entry again
+  under it, so it never acts on an entry that changed hands meanwhile; a GPU whose lock another
+  session holds is left to that session, and an entry whose writer still runs is never deleted
+  by someone else (unless forced).
+
+Entries are state files (``fileio``): one planted by another user, a symbolic link or a
+world-writable one is refused, and a damaged one is an error naming the file.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import pynvml
 
 from .device import Backend, Gpu
-from .fileio import atomic_write_json, file_lock
+from .errors import JournalCorrupt
+from .fileio import atomic_write_json, file_lock, read_state_text, state_folder
+from .locks import GpuBusyError, holding, lock_paths
 from .processes import is_alive, process_start
+from .signals import signals_held
+from .validation import parse_json, shown
 
 _FORMAT = "gpuenergy-limit-journal"
+_MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage
+_MAX_PID = 2**31 - 1
+PROBLEM_ACTIONS = ("failed", "gpu-missing", "owner-alive", "busy")
 
 
 @dataclass(frozen=True)
@@ -31,7 +48,7 @@ class JournalEntry:
     gpu_uuid: str
     gpu_index: int
     gpu_name: str
-    previous_limit_mw: int
+    previous_limit_mw: int      # the GPU's original limit, from before the first change
     applied_limit_mw: int
     pid: int
     process_start: str          # tells a live owner from a reused pid
@@ -46,42 +63,59 @@ class JournalEntry:
             f"{self.previous_limit_mw / 1000:g} W"
         )
 
+    def same_write(self, other: "JournalEntry") -> bool:
+        """Whether ``other`` is this very entry (same writer, same moment), not a later one."""
+        return (self.pid, self.process_start, self.written_at) == (other.pid, other.process_start, other.written_at)
+
+    def owner_runs(self) -> bool:
+        """Whether another process that still runs on this host wrote it (this process's own never counts)."""
+        return (self.host == socket.gethostname() and self.pid != os.getpid()
+                and is_alive(self.pid, self.process_start))
+
 
 @dataclass(frozen=True)
 class RepairOutcome:
     entry: JournalEntry
-    action: str      # "restored", "already-restored", "changed-since", "owner-alive", "gpu-missing", "failed"
+    action: str      # "restored", "already-restored", "changed-since", "owner-alive", "busy", "gpu-missing", "failed"
     message: str
 
 
 class Journal:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, lock_folder: Path | None = None) -> None:
         self.folder = Path(folder)
+        self.lock_folder = Path(lock_folder) if lock_folder is not None else self.folder.parent / "locks"
 
     def _path(self, gpu_uuid: str) -> Path:
         return self.folder / f"{gpu_uuid}.json"
 
+    def entry(self, gpu_uuid: str) -> JournalEntry | None:
+        """The GPU's entry, or None; read it with the GPU's lock held to act on it."""
+        return self._read(self._path(gpu_uuid))
+
     def record(self, gpu: Gpu, previous_limit_mw: int, applied_limit_mw: int) -> JournalEntry:
-        """Note the change about to be made. An entry left by a dead run keeps its original limit."""
-        with file_lock(self.folder / ".lock"):
+        """Note the change about to be made (with the GPU's lock held).
+
+        An entry already there keeps its original limit, whoever wrote it: this process takes it
+        over, and the limit that comes back is the one from before the first change.
+        """
+        with file_lock(state_folder(self.folder) / ".lock"):
             existing = self._read(self._path(gpu.uuid))
-            if existing is not None and existing.pid != os.getpid():
-                previous_limit_mw = existing.previous_limit_mw  # the true original, from before the crash
             entry = JournalEntry(
                 gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name,
-                previous_limit_mw=previous_limit_mw, applied_limit_mw=applied_limit_mw,
+                previous_limit_mw=existing.previous_limit_mw if existing is not None else previous_limit_mw,
+                applied_limit_mw=applied_limit_mw,
                 pid=os.getpid(), process_start=process_start(os.getpid()),
                 host=socket.gethostname(), written_at=time.time(),
             )
             atomic_write_json(self._path(gpu.uuid), asdict(entry))
             return entry
 
-    def clear(self, gpu_uuid: str) -> None:
-        with file_lock(self.folder / ".lock"):
-            try:
-                self._path(gpu_uuid).unlink()
-            except FileNotFoundError:
-                pass
+    def clear(self, entry: JournalEntry) -> None:
+        """Delete ``entry`` once its original is back; a newer entry of someone else is never deleted."""
+        with file_lock(state_folder(self.folder) / ".lock"):
+            current = self._read(self._path(entry.gpu_uuid))
+            if current is not None and current.same_write(entry):
+                self._path(entry.gpu_uuid).unlink()
 
     def entries(self) -> list[JournalEntry]:
         if not self.folder.is_dir():
@@ -95,66 +129,103 @@ class Journal:
 
     def _read(self, path: Path) -> JournalEntry | None:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("format") != _FORMAT:
-                raise ValueError("not a limit journal entry")
-            return JournalEntry(**data)
+            data = parse_json(read_state_text(path))
+            return _entry_from_json(data, path.stem)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError, AttributeError) as exc:
+        except ValueError as exc:      # also JsonInputError, undecodable bytes
             raise JournalCorrupt(
                 f"the power-limit journal entry {path} is unreadable ({exc}); check the GPU's limit with "
                 f"`gpuenergy info`, fix it if needed, then delete the file"
             ) from None
 
+    # -- repairing ---------------------------------------------------------------------------------
     def repair(self, backend: Backend, *, include_live_owners: bool = False) -> list[RepairOutcome]:
-        """Put back every limit a dead run left changed; returns what was found and done."""
-        outcomes = []
+        """Put back the original limit of every entry whose writer is gone; returns what was found and done.
+
+        Each GPU is repaired holding its lock, taken without waiting: a GPU another session holds
+        is left to it (``busy``). ``include_live_owners`` also restores entries whose writer runs.
+        """
         by_uuid = {gpu.uuid: gpu for gpu in backend.all_gpus}
-        for entry in self.entries():
-            here = entry.host == socket.gethostname()
-            if here and entry.pid != os.getpid() and is_alive(entry.pid, entry.process_start) and not include_live_owners:
-                outcomes.append(RepairOutcome(entry, "owner-alive",
-                                              f"{entry.describe()}: left alone, pid {entry.pid} is still running"))
-                continue
-            gpu = by_uuid.get(entry.gpu_uuid)
+        outcomes = []
+        for candidate in self.entries():
+            gpu = by_uuid.get(candidate.gpu_uuid)
             if gpu is None:
-                outcomes.append(RepairOutcome(entry, "gpu-missing",
-                                              f"{entry.describe()}: this GPU is not present; entry kept"))
+                outcomes.append(RepairOutcome(candidate, "gpu-missing",
+                                              f"{candidate.describe()}: this GPU is not present; entry kept"))
                 continue
-            outcomes.append(self._repair_one(gpu, entry))
+            outcome = self._repair_holding_lock(gpu, candidate, include_live_owners)
+            if outcome is not None:
+                outcomes.append(outcome)
         return outcomes
 
-    def _repair_one(self, gpu: Gpu, entry: JournalEntry) -> RepairOutcome:
+    def _repair_holding_lock(self, gpu: Gpu, candidate: JournalEntry, include_live_owners: bool) -> RepairOutcome | None:
         try:
-            current = gpu.current_limit_mw()
-            if current == entry.previous_limit_mw:
-                self.clear(entry.gpu_uuid)
+            with holding(lock_paths(self.lock_folder, [gpu.uuid]), timeout_s=0):
+                entry = self.entry(gpu.uuid)     # again, under the lock: it may have changed hands
+                if entry is None:
+                    return None
+                if entry.owner_runs() and not include_live_owners:
+                    return RepairOutcome(entry, "owner-alive",
+                                         f"{entry.describe()}: left alone, pid {entry.pid} is still running")
+                with signals_held(f"restoring the power limit of {gpu.label}"):
+                    return self._repair_one(gpu, entry)
+        except GpuBusyError:
+            return RepairOutcome(candidate, "busy",
+                                 f"{candidate.describe()}: left to the test session that holds this GPU now; if the "
+                                 f"GPU stays capped after it, run `gpuenergy restore`")
+
+    def _repair_one(self, gpu: Gpu, entry: JournalEntry) -> RepairOutcome:
+        original = entry.previous_limit_mw
+        try:
+            limits = gpu.limits()
+            if limits.current_mw == original:
+                self.clear(entry)
                 return RepairOutcome(entry, "already-restored",
-                                     f"{entry.describe()}: already back at {current / 1000:g} W")
-            if current != entry.applied_limit_mw:
-                self.clear(entry.gpu_uuid)
+                                     f"{entry.describe()}: already back at {original / 1000:g} W")
+            if limits.current_mw != entry.applied_limit_mw:
+                self.clear(entry)
                 return RepairOutcome(entry, "changed-since",
-                                     f"{entry.describe()}: now at {current / 1000:g} W, set by someone else "
+                                     f"{entry.describe()}: now at {limits.current_mw / 1000:g} W, set by someone else "
                                      f"since; left as it is")
-            enforced = gpu.set_limit_mw(entry.previous_limit_mw)
+            if not limits.contains(original):
+                return RepairOutcome(entry, "failed",
+                                     f"{entry.describe()}: {original / 1000:g} W is outside the GPU's range "
+                                     f"{limits.range_text()}; entry kept, check it")
+            enforced = gpu.set_limit_mw(original)
         except pynvml.NVMLError as exc:
             return RepairOutcome(entry, "failed", f"{entry.describe()}: could not restore it (NVML: {exc})")
-        if enforced != entry.previous_limit_mw:
-            return RepairOutcome(entry, "failed",
-                                 f"{entry.describe()}: set back, but it reads {enforced / 1000:g} W")
-        self.clear(entry.gpu_uuid)
-        return RepairOutcome(entry, "restored",
-                             f"{entry.describe()}: restored to {entry.previous_limit_mw / 1000:g} W")
+        if enforced != original:
+            return RepairOutcome(entry, "failed", f"{entry.describe()}: set back, but it reads {enforced / 1000:g} W")
+        self.clear(entry)
+        return RepairOutcome(entry, "restored", f"{entry.describe()}: restored to {original / 1000:g} W")
 
 
-class JournalCorrupt(Exception):
-    """A journal file cannot be read; nothing is guessed, the user is told which file."""
+def _entry_from_json(data: Any, file_uuid: str) -> JournalEntry:
+    """Check every field: a damaged entry must be an error, never a limit to set."""
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        raise ValueError("not a limit journal entry")
+    fields = {name: data.get(name) for name in JournalEntry.__dataclass_fields__}
+    for name in ("gpu_uuid", "gpu_name", "process_start", "host"):
+        if not isinstance(fields[name], str):
+            raise ValueError(f"{name} must be a string, got {shown(fields[name])}")
+    if fields["gpu_uuid"] != file_uuid:
+        raise ValueError(f"it names GPU {shown(fields['gpu_uuid'])}, not the GPU of its file name")
+    _whole(fields, "gpu_index", 0, 65_535)
+    _whole(fields, "previous_limit_mw", 1, _MAX_LIMIT_MW)
+    _whole(fields, "applied_limit_mw", 1, _MAX_LIMIT_MW)
+    _whole(fields, "pid", 1, _MAX_PID)
+    written = fields["written_at"]
+    if isinstance(written, bool) or not isinstance(written, (int, float)) or not math.isfinite(written):
+        raise ValueError(f"written_at must be a time, got {shown(written)}")
+    return JournalEntry(**fields)
+
+
+def _whole(fields: dict[str, Any], name: str, low: int, high: int) -> None:
+    value = fields[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {shown(value)}")
 
 
 def journal_for(backend: Backend) -> Journal:
-    return Journal(backend.state_dir / "journal")
-
-
-def describe_outcomes(outcomes: Iterable[RepairOutcome]) -> list[str]:
-    return [o.message for o in outcomes]
+    return Journal(backend.state_dir / "journal", backend.lock_folder)

@@ -4,7 +4,9 @@ Two pytest-xdist workers (or two sessions) that want different caps on the same 
 run at the same time, and the energy one test measures must not include another test's work.
 The lock is an ``flock`` on a file per GPU UUID (the kernel drops it if the holder dies, so a
 killed run never leaves a GPU locked). Within a process it is reentrant: the fixture that holds
-a GPU for a whole test, the capper and the meter can all take it.
+a GPU for a whole test, the capper and the meter can all take it. The lock file is opened without
+following a symbolic link and never truncated on open (``fileio.open_lock_file``): one planted in
+a shared folder cannot make a session overwrite another file.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import GpuEnergyError
+from .fileio import open_lock_file
 
 DEFAULT_TIMEOUT_S = 3600.0
 _POLL_S = 0.05
@@ -43,8 +46,7 @@ def _acquire(path: Path, timeout_s: float) -> None:
         if held is not None:
             held.count += 1
             return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -5,15 +5,18 @@ Registered through the ``pytest11`` entry point, so installing the package enabl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from . import signals
 from .budgets import Budget, BudgetError, budget_from_marker
 from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
 from .compare import DEFAULT_CONFIDENCE, parse_thresholds
@@ -28,6 +31,7 @@ from .session import EnergySession, SessionOptions
 from .sim.nvml import SEED_ENV
 from .sim.roofline import GPU_WORK_FIELDS, GpuWork
 from .storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
+from .validation import bounded_number, shown
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
 _BUDGETS_KEY = pytest.StashKey[list]()
@@ -37,6 +41,7 @@ _GATE_KEY = pytest.StashKey[EnergyGate]()
 _OUTCOME_KEY = pytest.StashKey[GateOutcome]()
 _SKIPPED_KEY = pytest.StashKey[list]()
 _SKIPPED_CAP = "energy.skipped_cap"      # user property on a case skipped for its cap (reaches xdist's controller)
+_MARKER_ERRORS_KEY = pytest.StashKey[list]()     # gpu_caps markers found bad while generating tests
 _WORKER_OUTPUT = "gpuenergy_cases"
 
 _MARKERS = (
@@ -48,6 +53,8 @@ _MARKERS = (
     "test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds",
 )
 _ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work"}
+_MAX_REPEAT = 10_000            # as --energy-repeat
+_MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
 
 
 # -- options -------------------------------------------------------------------------------------
@@ -118,8 +125,8 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
         backend=backend,
         caps=caps,
         gpus=_setting(config, "gpus"),
-        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=3600.0),
-        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=10_000),
+        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=_MAX_MIN_TIME_S),
+        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=_MAX_REPEAT),
         lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
     )
 
@@ -196,6 +203,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_GATE_KEY] = gate
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
     _interrupt_on_termination(config)
+    signals.announce_with(_terminal_writer(config))
+
+
+def _terminal_writer(config: pytest.Config) -> Any:
+    """Writes a line on the terminal even while pytest captures a test's output (or on stderr without one)."""
+    def write(text: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")   # registered after this plugin's configure
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            print(text, file=sys.stderr, flush=True)
+            return
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line(text, yellow=True, bold=True)
+
+    return write
 
 
 def _share_the_simulators_seed(config: pytest.Config) -> None:
@@ -222,7 +244,16 @@ def _interrupt_on_termination(config: pytest.Config) -> None:
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received: pytest-gpuenergy restores the GPUs' limits and stops")
+    name = signal.Signals(signum).name
+    if signals.is_stopping():   # raising again would abort the teardown that restores the limits
+        signals.announce(f"gpuenergy: {name} received again: already stopping, after the GPUs' limits are restored")
+        return
+    raise KeyboardInterrupt(f"{name} received: pytest-gpuenergy restores the GPUs' limits and stops")
+
+
+def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    """pytest stops: the teardown that follows restores the limits, and must not be interrupted again."""
+    signals.set_stopping(True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -230,16 +261,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(number, handler)
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
+        signals.set_stopping(False)
         return
-    problems = session.finish()
-    if problems:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        for problem in problems:
-            message = f"gpuenergy: GPU LEFT AT A CHANGED POWER LIMIT: {problem}. Fix it with: gpuenergy restore"
-            if reporter is not None:
-                reporter.write_line(message, red=True, bold=True)
-            else:
-                print(message)
+    signals.set_stopping(True)      # the session ends anyway: a signal during these last restores waits for them
+    try:
+        problems = session.finish(repair=not hasattr(config, "workerinput"))
+    finally:
+        signals.set_stopping(False)
+        signals.announce_with(None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for repaired in session.end_repairs:
+        _say(reporter, f"gpuenergy: repaired at the end of the session: {repaired}", yellow=True)
+    for problem in problems:
+        _say(reporter, f"gpuenergy: GPU LEFT AT A CHANGED POWER LIMIT: {problem}. Fix it with: gpuenergy restore",
+             red=True, bold=True)
+
+
+def _say(reporter: Any, message: str, **markup: bool) -> None:
+    if reporter is not None:
+        reporter.write_line(message, **markup)
+    else:
+        print(message)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -267,8 +309,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     try:
         caps = _marker_caps(metafunc.definition)
-    except CapSyntaxError as exc:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {exc}") from None
+    except CapSyntaxError as exc:   # a UsageError here would be a collection error with a traceback
+        metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(f"{metafunc.definition.nodeid}: {exc}")
+        return
     if caps is None:
         caps = list(metafunc.config.stash[SESSION_KEY].options.caps)
     if caps:
@@ -277,6 +320,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Validate every marker now, so a typo fails the run before any GPU is touched."""
+    for problem in config.stash.get(_MARKER_ERRORS_KEY, [])[:1]:
+        raise pytest.UsageError(problem)
     for item in items:
         try:
             item.stash[_BUDGETS_KEY] = [budget_from_marker(m.args, m.kwargs) for m in item.iter_markers("energy_budget")]
@@ -296,14 +341,14 @@ def _energy_settings(item: pytest.Item) -> dict:
         raise ValueError(f"energy got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ENERGY_KEYS))}")
     settings = dict(marker.kwargs)
     repeat = settings.get("repeat")
-    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
-        raise ValueError(f"energy(repeat=) must be a whole number >= 1, got {repeat!r}")
+    if repeat is not None and (not isinstance(repeat, int) or bounded_number(repeat, low=1, high=_MAX_REPEAT) is None):
+        raise ValueError(f"energy(repeat=) must be a whole number >= 1 (at most {_MAX_REPEAT}), got {shown(repeat)}")
     bound = settings.get("compute_bound")
-    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 <= bound <= 1):
-        raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {bound!r}")
+    if bound is not None and bounded_number(bound, low=0, high=1) is None:
+        raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {shown(bound)}")
     min_time = settings.get("min_time")
-    if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or not min_time >= 0):
-        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0, got {min_time!r}")
+    if min_time is not None and bounded_number(min_time, low=0, high=_MAX_MIN_TIME_S) is None:
+        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {_MAX_MIN_TIME_S:g}), got {shown(min_time)}")
     if settings.get("work") is not None:
         settings["work"] = _declared_work(settings["work"])
     return settings
@@ -406,6 +451,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A signal that came while a fixture restored a limit stops the session once the whole teardown ran."""
+    with signals.delivered_at_end():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     """A passed test that misses its energy budget fails, with one line per miss."""
     report = yield
@@ -505,5 +557,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         alarm = line.startswith("ENERGY REGRESSION")
         terminalreporter.write_line(line, red=alarm, bold=alarm)
     for error in outcome.errors if outcome is not None else []:
-        for line in wrap(f"gpuenergy: error: {error}", width):
-            terminalreporter.write_line(line, red=True, bold=True)
+        # One line, never wrapped: a path or value in it stays whole for a user (or a script) to copy.
+        terminalreporter.write_line(f"gpuenergy: error: {error}", red=True, bold=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
@@ -64,7 +65,8 @@ class EnergySession:
         self.journal: Journal | None = None
         self.cases: dict[str, CaseRecord] = {}
         self.active_cap: PowerCap | None = None
-        self.repairs: list[str] = []
+        self.repairs: list[str] = []           # what the start of the session repaired
+        self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.unavailable: str | None = None     # why the GPU side could not start, if it could not
         self._cappers: list[PowerCapper] = []
         self._regions_in_call: dict[str, int] = {}
@@ -75,7 +77,17 @@ class EnergySession:
         try:
             self._start(repair)
         except pynvml.NVMLError as exc:
+            self._abandon()
             raise GpuEnergyError(f"reading the GPUs through {self.options.backend} NVML failed: {exc}") from None
+        except GpuEnergyError:      # also a journal entry that is damaged or not to be trusted
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Leave the GPUs alone after a failed start: no fixture may use a half-started session."""
+        if self.backend is not None:
+            self.backend.close()
+        self.backend, self.journal, self.gpus = None, None, []
 
     def _start(self, repair: bool) -> None:
         self.backend = open_backend(self.options.backend)
@@ -88,8 +100,14 @@ class EnergySession:
                     self.repairs.append(outcome.message)
         self.limits = {gpu.uuid: retry_transient(gpu.limits) for gpu in self.gpus}
 
-    def finish(self) -> list[str]:
-        """Restore anything still capped (a safety net behind the fixture); returns problems."""
+    def finish(self, *, repair: bool = False) -> list[str]:
+        """Restore anything still capped (a safety net behind the fixture); returns problems.
+
+        With ``repair`` (the process that ran the whole session: not a pytest-xdist worker, whose
+        controller outlives it) the journal is repaired once more, so a cap left by a worker that
+        was killed comes back now, not at the next session (``end_repairs`` says what was done).
+        Every GPU this process still leaves changed is a problem naming its limits.
+        """
         problems = []
         for capper in self._cappers:
             try:
@@ -97,9 +115,30 @@ class EnergySession:
             except LimitRestoreError as exc:
                 problems.append(str(exc))
         self._cappers.clear()
+        if self.backend is not None and self.journal is not None:
+            try:
+                problems += self._after_the_tests(repair)
+            except GpuEnergyError as exc:
+                problems.append(str(exc))
         if self.backend is not None:
             self.backend.close()
         return problems
+
+    def _after_the_tests(self, repair: bool) -> list[str]:
+        assert self.backend is not None and self.journal is not None
+        problems: dict[str, str] = {}       # per GPU UUID
+        for outcome in self.journal.repair(self.backend) if repair else ():
+            if outcome.action == "failed":
+                problems[outcome.entry.gpu_uuid] = outcome.message
+            elif outcome.action in ("restored", "changed-since"):
+                self.end_repairs.append(outcome.message)
+        for entry in self.journal.entries():
+            if entry.pid == os.getpid() and entry.gpu_uuid not in problems:
+                problems[entry.gpu_uuid] = (
+                    f"GPU {entry.gpu_index} ({entry.gpu_name}) stays at {entry.applied_limit_mw / 1000:g} W; its limit "
+                    f"before the tests was {entry.previous_limit_mw / 1000:g} W"
+                )
+        return list(problems.values())
 
     # -- what the fixtures use -----------------------------------------------------------------
     def header_lines(self) -> list[str]:

@@ -73,6 +73,7 @@ from typing import Any, Iterable, Sequence
 from .errors import GpuEnergyError
 from .fileio import atomic_write_json
 from .results import EnergyResult, GpuResult, Repetition, Summary
+from .validation import JsonInputError, figure_problem, parse_json, shown
 
 FORMAT = "pytest-gpuenergy-run"
 VERSION = 2   # 2: repetitions carry the bound of their ETS (ets_low_j, ets_high_j); 1 is still read
@@ -571,12 +572,9 @@ def load_document(path: str | os.PathLike[str]) -> RunDocument:
     except UnicodeDecodeError as exc:
         raise StorageError(f"{path}: not a run document: not UTF-8 text (byte {exc.start}); {fix}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StorageError(
-            f"{path}: corrupt run document: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}), "
-            f"perhaps cut short; {fix}"
-        ) from None
+        data = parse_json(text)    # no NaN, no 5000-digit integers, no nesting that overflows the stack
+    except JsonInputError as exc:
+        raise StorageError(f"{path}: corrupt run document: {exc}; {fix}") from None
     return replace(RunDocument.from_json(data, str(path)), path=path)
 
 
@@ -596,12 +594,12 @@ class _DocumentReader:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise StorageError(
-                f"{self.source}: not a pytest-gpuenergy run document (\"format\" is {found!r}, expected "
+                f"{self.source}: not a pytest-gpuenergy run document (\"format\" is {shown(found)}, expected "
                 f"{FORMAT!r}); keep other files out of the storage folder"
             )
         version = data.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise self.fail("version", f"must be a whole number >= 1, got {version!r}")
+            raise self.fail("version", f"must be a whole number >= 1, got {shown(version)}")
         if version > VERSION:
             raise StorageError(
                 f"{self.source}: run document format version {version} is newer than this pytest-gpuenergy "
@@ -611,7 +609,7 @@ class _DocumentReader:
         try:
             created_at = _utc(datetime.fromisoformat(created))
         except ValueError:
-            raise self.fail("created_at", f"{created!r} is not an ISO 8601 date and time") from None
+            raise self.fail("created_at", f"{shown(created)} is not an ISO 8601 date and time") from None
         cases = self.items(data, "cases", "cases")
         commit = data.get("commit")
         if commit is not None and not isinstance(commit, dict):
@@ -640,7 +638,7 @@ class _DocumentReader:
             raise self.fail(f"{where}.power_source", "must be a string or null")
         index = data.get("gpu_index")
         if isinstance(index, bool) or not isinstance(index, int):
-            raise self.fail(f"{where}.gpu_index", f"must be a whole number, got {index!r}")
+            raise self.fail(f"{where}.gpu_index", f"must be a whole number, got {shown(index)}")
         notes = self.items(data, "notes", where, optional=True)
         return CaseEntry(
             case_id=case_id,
@@ -685,21 +683,22 @@ class _DocumentReader:
     def text(self, data: dict, key: str, where: str) -> str:
         value = data.get(key)
         if not isinstance(value, str) or not value:
-            raise self.fail(_at(where, key), f"must be a non-empty string, got {value!r}")
+            raise self.fail(_at(where, key), f"must be a non-empty string, got {shown(value)}")
         return value
 
     def flag(self, data: dict, key: str, where: str) -> bool:
         value = data.get(key)
         if not isinstance(value, bool):
-            raise self.fail(_at(where, key), f"must be true or false, got {value!r}")
+            raise self.fail(_at(where, key), f"must be true or false, got {shown(value)}")
         return value
 
     def number(self, data: dict, key: str, where: str, *, optional: bool = False) -> float | None:
         value = data.get(key)
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.fail(_at(where, key), f"must be a number, got {value!r}")
+        problem = figure_problem(key, value)    # finite, in range: 1.7e308 J or a negative ETS is damage
+        if problem:
+            raise self.fail(_at(where, key), problem)
         return float(value)
 
     def mapping(self, data: dict, key: str, where: str) -> dict:

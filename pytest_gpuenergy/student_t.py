@@ -35,6 +35,8 @@ def student_t_ppf(p: float, df: float) -> float:
     t = min(max(statistics.NormalDist().inv_cdf(p), low), high)
     for _ in range(200):
         error = student_t_cdf(t, df) - p
+        if error == 0.0:     # exact: a bisection from here would wander off and take ~40 more steps back
+            return t
         if error > 0:
             high = t
         else:

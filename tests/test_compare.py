@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -317,6 +318,32 @@ def test_a_gpu_with_another_index_pairs_when_unambiguous():
     assert any("GPU 0 of the baseline with GPU 1" in n for n in case.notes)
     assert any("enforced limit differs" in n for n in case.notes)
     assert any("measured differently" in n for n in case.notes)
+
+
+def _wide_runs(cases: int, *, moved: bool) -> list:
+    """Three runs of ``cases`` cases; with ``moved`` the last ran on GPU 1 (cases pair by id and cap only)."""
+    runs = [make_doc(seed=seed, workloads=[f"w{i}" for i in range(cases)], caps_w=(300.0,), n=3, minutes=10 * seed)
+            for seed in range(3)]
+    if moved:
+        runs[-1] = replace(runs[-1], cases=tuple(replace(c, gpu_index=1) for c in runs[-1].cases))
+    return runs
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_comparing_runs_is_linear_in_their_cases(moved):
+    """10,000 cases (with the noise between sessions from the saved runs) compare in seconds, and eight
+    times the cases cost about eight times the CPU: a quadratic pairing or history scan would cost 64."""
+    def cpu_seconds(cases: int) -> float:
+        runs = _wide_runs(cases, moved=moved)
+        start = time.process_time()
+        comparison = compare_documents(runs[1], runs[2], GATE, history=runs)
+        elapsed = time.process_time() - start
+        assert len(comparison.cases) == cases and {c.status for c in comparison.cases} == {"compared"}
+        return elapsed
+
+    small, large = cpu_seconds(1250), cpu_seconds(10_000)
+    assert large < 10.0, f"10,000 cases took {large:.1f} s of CPU"
+    assert large < 24 * small, f"8x the cases took {large / small:.0f}x the CPU ({small:.2f} s -> {large:.2f} s)"
 
 
 def test_machine_changes_and_order_are_noted():

@@ -32,12 +32,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen:
-    """A pytest run in its own process, as a CI job or a terminal would start it."""
+def start_pytest(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A pytest run in its own process, as a CI job or a terminal would start it (``env``: extra variables)."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=_default_sigint, env={**os.environ, **(env or {})},
     )
 
 
@@ -307,3 +307,167 @@ def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
     store = RunStore(pytester.path / ".energy")
     assert [doc.run_id for doc in store.runs()] == [old.run_id]   # the half-written run is not there
     assert old.path.read_bytes() == before                          # and the old one is intact
+
+
+# -- a cap left by a process that died is never taken for the GPU's own limit ----------------------
+
+DEAD_CAPPER = textwrap.dedent(
+    """
+    import os, pathlib, signal, time, pytest
+
+    def _wait_for(name):
+        deadline = time.monotonic() + 60
+        while not pathlib.Path(name).exists():
+            assert time.monotonic() < deadline, f"{name} never appeared"
+            time.sleep(0.05)
+
+    BY_TIMEOUT = os.environ.get("DIE_BY") == "timeout"
+
+    @pytest.mark.gpu_caps(300)
+    @pytest.mark.timeout(2 if BY_TIMEOUT else 0, method="thread")   # the thread method ends the process
+    def test_dies_capped(gpu_power_cap):
+        pathlib.Path("capped").write_text(str(os.getpid()))
+        if BY_TIMEOUT:
+            time.sleep(30)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @pytest.fixture
+    def after_the_death():
+        pathlib.Path("waiting").write_text("")
+        _wait_for("capped")           # the GPU lock is then held by the capper until it dies
+
+    @pytest.mark.gpu_caps(int(os.environ.get("NEXT_CAP", "250")))
+    def test_next_on_the_gpu(after_the_death, gpu_power_cap):
+        pathlib.Path("previous").write_text(f"{gpu_power_cap.previous_w:g}")
+        assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w
+    """
+)
+
+
+def _ends_at_the_original(pytester, sim_state) -> None:
+    assert (pytester.path / "previous").read_text() == "700"      # the dead capper's 300 W is not "previous"
+    assert limit_w() == 700.0 and no_journal(sim_state)
+    assert "nothing to restore" in run_cli("restore", "--gpu-backend=sim").stdout
+
+
+@pytest.mark.parametrize("next_cap", ["250", "300"])
+@pytest.mark.parametrize("die_by", ["sigkill", "timeout"])
+def test_an_xdist_worker_that_dies_capped_leaves_the_next_test_the_original_limit(pytester, sim_state, die_by, next_cap):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_d=DEAD_CAPPER)
+    proc = start_pytest(pytester, "-n", "2", env={"DIE_BY": die_by, "NEXT_CAP": next_cap})
+    output, _ = proc.communicate(timeout=120)
+    assert "crashed while running" in output and "test_dies_capped" in output, output
+    assert "1 passed" in output, output
+    _ends_at_the_original(pytester, sim_state)
+
+
+def test_a_second_session_that_dies_capped_leaves_the_first_the_original_limit(pytester, sim_state):
+    pytester.makepyfile(test_d=DEAD_CAPPER)
+    survivor = start_pytest(pytester, "-k", "test_next_on_the_gpu")
+    wait_for(pytester.path / "waiting")
+    killed = start_pytest(pytester, "-k", "test_dies_capped")
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    output, _ = survivor.communicate(timeout=60)
+    assert survivor.returncode == 0, output
+    _ends_at_the_original(pytester, sim_state)
+
+
+def test_an_xdist_worker_killed_capped_with_no_later_test_is_repaired_at_the_end(pytester, sim_state):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_d=DEAD_CAPPER)
+    proc = start_pytest(pytester, "-n", "2", "-k", "test_dies_capped")
+    output, _ = proc.communicate(timeout=120)
+    assert "crashed while running" in output, output
+    assert "repaired at the end of the session: GPU 0" in output and "restored to 700 W" in output, output
+    assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+PAUSING_REPAIR = textwrap.dedent(
+    """
+    import os, pathlib, time
+    from pytest_gpuenergy import journal
+
+    if os.environ.get("PAUSE_REPAIR"):
+        listed = journal.Journal.entries
+
+        def entries_then_pause(self):
+            found = listed(self)
+            if found and not pathlib.Path("listed").exists():
+                pathlib.Path("listed").write_text("")
+                deadline = time.monotonic() + 60
+                while not pathlib.Path("go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            return found
+
+        journal.Journal.entries = entries_then_pause
+    """
+)
+
+
+def test_a_session_starting_late_never_deletes_a_running_sessions_journal_entry(pytester, sim_state):
+    pytester.makeconftest(PAUSING_REPAIR)
+    pytester.makepyfile(test_d=DEAD_CAPPER, test_slow=SLOW_CAPPED_TEST, test_ok="def test_ok():\n    pass\n")
+    pytester.runpytest_subprocess("-k", "test_dies_capped")          # a dead run's entry: 300 W, original 700 W
+    assert limit_w() == 300.0
+    (pytester.path / "capped").unlink()
+    late = start_pytest(pytester, "test_ok.py", env={"PAUSE_REPAIR": "1"})
+    wait_for(pytester.path / "listed")                                # it has read the dead run's entry
+    running = start_pytest(pytester, "test_slow.py", "--gpu-caps=250")  # repairs it, then caps at 250 W
+    wait_for(pytester.path / "capped")
+    (pytester.path / "go").write_text("")
+    output, _ = late.communicate(timeout=60)
+    assert late.returncode == 0, output
+    entries = list((sim_state / "journal").glob("GPU-*.json"))
+    assert len(entries) == 1 and f'"pid": {running.pid}' in entries[0].read_text()   # the running session's entry
+    running.kill()
+    running.wait(timeout=10)
+    assert limit_w() == 250.0
+    assert "restored to 700 W" in run_cli("restore", "--gpu-backend=sim").stdout
+    assert limit_w() == 700.0
+
+
+SIGNAL_DURING_RESTORE = textwrap.dedent(
+    """
+    import os, signal, pynvml
+    from pytest_gpuenergy.sim.nvml import SimulatedNvml
+
+    real_set = SimulatedNvml.nvmlDeviceSetPowerManagementLimit
+    calls = []
+
+    def set_limit(self, handle, limit):
+        calls.append(limit)
+        if len(calls) in (2, 3):      # the restore: the signal comes again, and the driver is busy
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return real_set(self, handle, limit)
+
+    SimulatedNvml.nvmlDeviceSetPowerManagementLimit = set_limit
+    """
+)
+
+
+@pytest.mark.parametrize("during", ["teardown-after-sigterm", "plain-teardown"])
+def test_a_sigterm_during_a_retried_restore_lets_the_restore_finish(pytester, sim_state, during):
+    """The restore is retried (the driver is busy) and SIGTERM comes in the middle of it: either a second
+    one (the first stopped the test) or a first one (the test passed). The limit comes back, then it stops."""
+    pytester.makeconftest(SIGNAL_DURING_RESTORE)
+    pytester.makepyfile(test_t=textwrap.dedent(
+        """
+        import os, signal, time
+        def test_capped(gpu_power_cap):
+            if os.environ["DURING"] == "teardown-after-sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+
+        def test_never_runs():
+            raise AssertionError("the session should have stopped")
+        """
+    ))
+    proc = start_pytest(pytester, "--gpu-caps=300", env={"DURING": during})
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "SIGTERM received while restoring the power limit of GPU 0" in output, output
+    assert "Traceback" not in output and "should have stopped" not in output, output
+    assert limit_w() == 700.0 and no_journal(sim_state)

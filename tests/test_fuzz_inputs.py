@@ -49,6 +49,7 @@ def test_every_plausible_wattage_round_trips(watts):
 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(), st.sampled_from([10**400, -(10**400), 10**5000]),     # too large for a float, or to print
     st.text(max_size=8), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 

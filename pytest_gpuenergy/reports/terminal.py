@@ -83,7 +83,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
 def wrap(text: str, width: int, indent: str = "") -> list[str]:
     """Prose wrapped at ``width``; continuation lines indented by two more spaces."""
     return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_on_hyphens=False) or [indent.rstrip()]
+                         break_on_hyphens=False, break_long_words=False) or [indent.rstrip()]
 
 
 # -- the comparison --------------------------------------------------------------------------------

@@ -1,0 +1,110 @@
+"""Signals that arrive while a power limit is being put back: the restore finishes first.
+
+SIGTERM, SIGHUP and Ctrl-C become ``KeyboardInterrupt`` (``plugin.py``) so that fixtures tear
+down and restore the GPUs' limits. A second signal during that restore (an impatient user, a CI
+runner that sends SIGTERM twice) would otherwise raise inside it, between retries, and the process
+would exit with the GPU still capped and nothing said. While a restore runs these signals are
+held; the restore finishes, and then the first one held is delivered as if it came just then,
+unless the process is already stopping (``set_stopping``: pytest handled an interrupt and now
+tears down), where raising again would only abort the teardown. Inside ``delivered_at_end`` (the
+plugin wraps a test's teardown in it) the signal waits for the end of that block instead, so the
+rest of the teardown (the GPU's lock) still runs. A hard kill (SIGKILL) cannot be held: the
+journal is there for that.
+
+Signal handlers belong to the process, so the place that announces a held signal is too: the
+plugin points it at the terminal; elsewhere it is standard error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Any, Callable, Iterator
+
+HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+_announce: Callable[[str], None] = _to_stderr
+_stopping = False
+_postponing = 0                 # depth of delivered_at_end blocks
+_postponed: list[int] = []
+
+
+def set_stopping(stopping: bool) -> None:
+    """Whether the process is already stopping after an interrupt (a held signal is then dropped)."""
+    global _stopping
+    _stopping = stopping
+
+
+def is_stopping() -> bool:
+    return _stopping
+
+
+def announce(text: str) -> None:
+    _announce(text)
+
+
+def announce_with(writer: Callable[[str], None] | None) -> None:
+    """Where a held signal is announced (None: standard error again)."""
+    global _announce
+    _announce = writer or _to_stderr
+
+
+@contextlib.contextmanager
+def signals_held(doing: str) -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block (``doing`` says what, in the announcement).
+
+    Only the main thread can install handlers; elsewhere the block runs unprotected. Blocks may
+    nest: the inner one hands a held signal to the outer one.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if not held:
+            _announce(f"gpuenergy: {signal.Signals(signum).name} received while {doing}: finishing that first, then stopping")
+        held.append(signum)
+
+    previous = {}
+    for name in HELD_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) not in (signal.SIG_IGN, None):
+            previous[number] = signal.signal(number, hold)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if held and not _stopping:
+            _deliver(held[0])
+
+
+def _deliver(signum: int) -> None:
+    if _postponing:
+        _postponed.append(signum)
+    else:
+        signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def delivered_at_end() -> Iterator[None]:
+    """A signal held by a restore inside the block is delivered when the block ends, not the restore."""
+    global _postponing
+    _postponing += 1
+    try:
+        yield
+    finally:
+        _postponing -= 1
+        if not _postponing and _postponed:
+            signum = _postponed[0]
+            _postponed.clear()
+            if not _stopping:
+                signal.raise_signal(signum)
