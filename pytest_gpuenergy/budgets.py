@@ -12,18 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .capping import CapSpec, CapSyntaxError, cap_text, parse_cap
+from .capping import CapSpec, cap_text, parse_cap
 from .device import PowerLimits
 from .validation import bounded_number, shown
+from .errors import BudgetError, CapSyntaxError
 
 _FIGURES = {"ets": ("ets_j", "ETS", "J"), "edp": ("edp_js", "EDP", "J s"), "time": ("time_s", "T", "s")}
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}
 _CAP_TOLERANCE_MW = 500
 MAX_BUDGET = 1e15       # J, J s or s: far beyond any run, and small enough that every comparison stays finite
-
-
-class BudgetError(ValueError):
-    """An ``energy_budget`` marker is malformed; raised at collection."""
 
 
 @dataclass(frozen=True)

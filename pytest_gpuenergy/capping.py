@@ -30,7 +30,7 @@ from typing import Sequence
 import pynvml
 
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
-from .errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
+from .errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
 from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
 from .signals import signals_held
@@ -39,10 +39,6 @@ from .validation import shown
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0
 _NAMED = ("min", "max", "default")
-
-
-class CapSyntaxError(ValueError):
-    """A cap the user typed cannot be understood; the message names it and says what is valid."""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
+from .errors import SettingError
 from .storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
 from .student_t import student_t_ppf
 from .verdicts import (
@@ -123,11 +124,20 @@ def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, f
     return thresholds
 
 
-def check_confidence(confidence: float, *, source: str = "confidence") -> float:
-    """A confidence level between 0.5 and 1 (exclusive); 99 % is written 0.99."""
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 < confidence < 1:
-        raise ValueError(f"{source}: {confidence!r} is not a confidence level; give a number between 0.5 and 1, e.g. 0.99")
-    return float(confidence)
+def check_confidence(confidence: float | str, *, source: str = "confidence") -> float:
+    """A confidence level between 0.5 and 1 (exclusive): ``0.99``, or as text ``"0.99"`` or ``"99%"``.
+    The one validator for the level, shared by the pytest option, the CLI and the API."""
+    value: object = confidence
+    if isinstance(confidence, str):
+        text = confidence.strip()
+        try:
+            value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise SettingError(f"{source}={confidence!r} is not a number; give e.g. 0.99 or 99%") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 < value < 1:
+        raise SettingError(f"{source}={confidence!r} is not a confidence level; "
+                           f"give a number between 0.5 and 1 (exclusive), e.g. 0.99 or 99%")
+    return float(value)
 
 
 def _check_thresholds(thresholds: Mapping[str, float] | None) -> dict[str, float]:

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from .compare import DEFAULT_CONFIDENCE, compare_documents, parse_thresholds
+from .compare import DEFAULT_CONFIDENCE, check_confidence, compare_documents, parse_thresholds
 from .fileio import atomic_write_text
 from .reports.digest import skipped_caps
 from .reports.html import html_report
 from .reports.json_report import json_report
 from .reports.markdown import markdown_report
 from .reports.terminal import Column, comparison_lines, fit_table, terminal_width
-from .storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, StorageError, commit_text
+from .storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, commit_text
+from .errors import SettingError, StorageError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -59,15 +60,11 @@ def add_compare_commands(subparsers: Any) -> None:
 
 
 def _confidence(text: str) -> float:
-    """``0.99`` or ``99%``; argparse turns the ValueError into a usage error (exit 2)."""
-    raw = text.strip()
+    """argparse turns the error into a usage error (exit 2)."""
     try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. 0.99 or 99%") from None
-    if not 0.5 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a confidence level between 0.5 and 1 (e.g. 0.99)")
-    return value
+        return check_confidence(text, source="--confidence")
+    except SettingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # -- compare ---------------------------------------------------------------------------------------

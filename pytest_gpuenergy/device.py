@@ -333,7 +333,7 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Ba
                 f"to run on simulated GPUs"
             )
     from .sim.nvml import SimulatedNvml
-    from .sim.state import SimStateError
+    from .errors import SimStateError
 
     try:
         sim = SimulatedNvml(state_dir=sim_state_dir)

@@ -59,3 +59,32 @@ class UnsafeStateFile(GpuEnergyError):
 class NotARegularFile(GpuEnergyError, OSError):
     """A file to write (a report) exists and is a device, a folder or a FIFO: replacing it by rename
     would destroy it. Also an ``OSError``, so that every caller reporting a failed write reports it."""
+
+
+class StorageError(GpuEnergyError):
+    """A run document cannot be read or written; the message names the file and what to do."""
+
+
+class BudgetError(GpuEnergyError, ValueError):
+    """An ``energy_budget`` marker is malformed; raised at collection."""
+
+
+class GpuBusyError(GpuEnergyError):
+    """Another process held a GPU for longer than we were willing to wait."""
+
+
+class SimStateError(GpuEnergyError, RuntimeError):
+    """The simulator's state folder holds something it cannot use."""
+
+
+class CapSyntaxError(GpuEnergyError, ValueError):
+    """A cap the user typed cannot be understood; the message names it and says what is valid."""
+
+
+class JsonInputError(GpuEnergyError, ValueError):
+    """Text that is not the JSON this package reads; the message says where and why."""
+
+
+class SettingError(GpuEnergyError, ValueError):
+    """An option, ini setting or argument has a value the plugin cannot use; the message names it
+    and says what is valid. The pytest glue turns it into a usage error, the CLI into exit code 2."""

@@ -18,7 +18,8 @@ from .reports.html import html_report
 from .reports.json_report import json_report
 from .reports.markdown import markdown_report
 from .results import EnergyResult
-from .storage import LATEST, RunDocument, RunStore, StorageError, build_documents
+from .storage import LATEST, RunDocument, RunStore, build_documents
+from .errors import StorageError
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

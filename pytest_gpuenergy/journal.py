@@ -30,9 +30,9 @@ from typing import Any
 import pynvml
 
 from .device import Backend, Gpu
-from .errors import JournalCorrupt
+from .errors import GpuBusyError, JournalCorrupt
 from .fileio import atomic_write_json, file_lock, read_state_text, state_folder
-from .locks import GpuBusyError, holding, lock_paths
+from .locks import holding, lock_paths
 from .processes import is_alive, process_start
 from .signals import signals_held
 from .validation import parse_json, shown

@@ -19,15 +19,11 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .errors import GpuEnergyError
+from .errors import GpuBusyError, GpuEnergyError
 from .fileio import open_lock_file
 
 DEFAULT_TIMEOUT_S = 3600.0
 _POLL_S = 0.05
-
-
-class GpuBusyError(GpuEnergyError):
-    """Another process held a GPU for longer than we were willing to wait."""
 
 
 class _Held:

@@ -17,11 +17,11 @@ from typing import Any, Iterator
 import pytest
 
 from . import signals
-from .budgets import Budget, BudgetError, budget_from_marker
-from .capping import CapOutOfRange, CapPermissionError, CapSpec, CapSyntaxError, PowerCap, parse_caps
-from .compare import DEFAULT_CONFIDENCE, parse_thresholds
+from .budgets import Budget, budget_from_marker
+from .capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
+from .compare import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from .device import BACKEND_CHOICES, BackendUnavailable, default_backend
-from .errors import GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from .errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning, SettingError
 from .gate import EnergyGate, GateOptions, GateOutcome, step_summary_path
 from .locks import DEFAULT_TIMEOUT_S
 from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
@@ -145,6 +145,14 @@ def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, 
     return value
 
 
+def _confidence_setting(config: pytest.Config) -> float:
+    text = _setting(config, "energy_confidence")
+    try:
+        return DEFAULT_CONFIDENCE if text is None else check_confidence(str(text), source="--energy-confidence")
+    except SettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def _gate_options(config: pytest.Config) -> GateOptions:
     fail = _setting(config, "energy_fail")
     try:
@@ -165,7 +173,7 @@ def _gate_options(config: pytest.Config) -> GateOptions:
         save=bool(_setting(config, "energy_save")),
         compare=compare,
         thresholds=thresholds,
-        confidence=_number_setting(config, "energy_confidence", float, DEFAULT_CONFIDENCE, minimum=0.5, maximum=0.9999),
+        confidence=_confidence_setting(config),
         markdown=report("energy_markdown"),
         html=report("energy_html"),
         json=report("energy_json"),

@@ -70,10 +70,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import GpuEnergyError
+from .errors import GpuEnergyError, JsonInputError, StorageError
 from .fileio import atomic_write_json
 from .results import EnergyResult, GpuResult, Repetition, Summary
-from .validation import JsonInputError, figure_problem, parse_json, shown
+from .validation import figure_problem, parse_json, shown
 
 FORMAT = "pytest-gpuenergy-run"
 VERSION = 2   # 2: repetitions carry the bound of their ETS (ets_low_j, ets_high_j); 1 is still read
@@ -84,10 +84,6 @@ _MAX_SLUG = 80
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _REGION_SUFFIX = re.compile(r"(.+)#(\d+)")
 _GIT_TIMEOUT_S = 5.0
-
-
-class StorageError(GpuEnergyError):
-    """A run document cannot be read or written; the message names the file and what to do."""
 
 
 # -- records -------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+from .errors import JsonInputError
 
 MAX_NESTING = 32            # a run document nests 5 levels; the machine description a few more
 MAX_INT_DIGITS = 30         # larger integers are no count, index or version this package writes
@@ -34,10 +35,6 @@ FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
     "limit_enforced_w": (0.0, 1e5, "W"),
     "default_limit_w": (0.0, 1e5, "W"),
 }
-
-
-class JsonInputError(ValueError):
-    """Text that is not the JSON this package reads; the message says where and why."""
 
 
 def shown(value: Any, width: int = 60) -> str:

@@ -2,8 +2,10 @@
 
 import pytest
 
-from pytest_gpuenergy.budgets import Budget, BudgetError, budget_from_marker, check_budget, select_budget
-from pytest_gpuenergy.capping import CapSpec, CapSyntaxError, parse_cap, parse_caps
+from pytest_gpuenergy.budgets import Budget, budget_from_marker, check_budget, select_budget
+from pytest_gpuenergy.errors import BudgetError
+from pytest_gpuenergy.capping import CapSpec, parse_cap, parse_caps
+from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.device import PowerLimits
 from pytest_gpuenergy.results import Repetition, Summary
 

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from conftest import run_cli, spin_source
 from energy_factories import make_doc
-from pytest_gpuenergy.compare import compare_documents
+from pytest_gpuenergy.compare import check_confidence, compare_documents
 from pytest_gpuenergy.reports.terminal import comparison_lines
-from pytest_gpuenergy.storage import RunStore, StorageError, load_document
+from pytest_gpuenergy.storage import RunStore, load_document
+from pytest_gpuenergy.errors import SettingError, StorageError
 from pytest_gpuenergy.validation import FIGURE_RANGES
 
 
@@ -165,3 +166,27 @@ def test_a_bad_marker_value_is_a_usage_error_naming_the_test_and_the_value(pytes
     errors = [line for line in result.stderr.str().splitlines() if line.strip()]
     assert len(errors) == 1 and "INTERNALERROR" not in result.stderr.str(), result.stderr.str()
     assert "test_user.py::test_a" in errors[0] and message in errors[0], errors[0]
+
+
+@pytest.mark.parametrize(("text", "value"), [("0.99", 0.99), ("99%", 0.99), (" 0.9 ", 0.9), (0.95, 0.95)])
+def test_a_confidence_level_is_read_one_way_everywhere(text, value):
+    assert check_confidence(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["0.5", "1", "50%", "abc", "nan", "", True, 2])
+def test_a_bad_confidence_level_is_a_setting_error_naming_it(text):
+    with pytest.raises(SettingError, match="confidence=.*(not a number|not a confidence level)"):
+        check_confidence(text)
+
+
+def test_a_bad_confidence_level_stops_the_session_before_any_test_runs(pytester, sim_state):
+    # It once ran every test and then ended in a ValueError traceback.
+    pytester.makepyfile(test_m="def test_m(energy_meter):\n    raise AssertionError('must not run')\n")
+    result = pytester.runpytest_subprocess("--energy-compare", "--energy-confidence=0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.str().splitlines() if line.strip()]
+    assert errors == ["ERROR: --energy-confidence='0.5' is not a confidence level; give a number between 0.5 and 1 "
+                      "(exclusive), e.g. 0.99 or 99%"]
+    assert "must not run" not in result.stdout.str()
+    cli = run_cli("compare", "a.json", "b.json", "--confidence=1.5", check=False)
+    assert cli.returncode == 2 and "--confidence='1.5' is not a confidence level" in cli.stderr and "Traceback" not in cli.stderr

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuenergy.budgets import BudgetError, budget_from_marker
-from pytest_gpuenergy.capping import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, CapSyntaxError, parse_caps
+from pytest_gpuenergy.budgets import budget_from_marker
+from pytest_gpuenergy.errors import BudgetError
+from pytest_gpuenergy.capping import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, parse_caps
+from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.device import PowerLimits
 from pytest_gpuenergy.sim.faults import parse_faults
 

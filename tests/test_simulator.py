@@ -12,7 +12,7 @@ import pytest
 
 from pytest_gpuenergy.sim.faults import parse_faults
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
-from pytest_gpuenergy.sim.state import SimStateError
+from pytest_gpuenergy.errors import SimStateError
 
 
 def spin(seconds: float) -> None:

@@ -46,7 +46,8 @@ from .device import SimDevice
 from .dvfs import DEFAULT_COMPUTE_BOUND, WorkloadProfile
 from .faults import FaultPlan, parse_faults
 from .roofline import GpuWork
-from .state import SimStateError, default_state_dir, load_machine
+from .state import default_state_dir, load_machine
+from ..errors import SimStateError
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"

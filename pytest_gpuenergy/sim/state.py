@@ -24,14 +24,11 @@ from typing import Callable
 
 from ..fileio import atomic_write_json, file_lock, user_state_dir
 from .models import DEFAULT_SIM_MODELS, GPU_MODELS, GpuSpec, parse_model_list
+from ..errors import SimStateError
 
 STATE_ENV = "GPUENERGY_SIM_STATE"
 MODELS_ENV = "GPUENERGY_SIM_GPUS"
 _UUID_NAMESPACE = uuid_module.UUID("6c0e5a52-8a43-4b8e-9d0b-3f3f1b7c2e11")
-
-
-class SimStateError(RuntimeError):
-    """The simulator's state folder holds something it cannot use."""
 
 
 def default_state_dir() -> Path:
