@@ -105,12 +105,13 @@ def counter_vs_sampling(gpu: Any, work: Callable[[float], None], seconds: float)
     }
 
 
-def repeatability(backend: Any, gpu: Any, size: str, device: str, repeat: int, min_time_s: float) -> list[dict]:
+def repeatability(backend: Any, gpu: Any, size: str, device: str, repeat: int, min_time_s: float,
+                  workloads: tuple[str, ...] = WORKLOADS) -> list[dict]:
     from pytest_gpuenergy.meter import EnergyMeter
     from reference_workloads import build
 
     rows = []
-    for name in WORKLOADS:
+    for name in workloads:
         workload = build(name, size=size, mode="train", device=device, seed=0)
         workload.step()
         meter = EnergyMeter(backend, [gpu])
@@ -239,7 +240,12 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="torch device for the work (default cuda)")
     p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
     p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
+    p.add_argument("--smoke", action="store_true",
+                   help="the shortest run that exercises every part (the project's tests use it with --backend sim); "
+                        "its figures are too few to quote")
     args = p.parse_args()
+    if args.smoke:
+        args.quick = True
     if args.backend == "nvml":
         import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
@@ -256,16 +262,19 @@ def main() -> None:
           f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
     try:
         work = steady_work(args.device)
-        steady_s = 3.0 if args.quick else args.steady_s
+        steady_s = 1.0 if args.smoke else 3.0 if args.quick else args.steady_s
         comparison = counter_vs_sampling(gpu, work, steady_s)
         common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
                            title=f"Energy counter against integrated power over {steady_s:g} s of steady work")
-        rows = repeatability(backend, gpu, args.size, args.device, 3 if args.quick else 5, 0.5 if args.quick else 2.0)
+        rows = repeatability(backend, gpu, args.size, args.device, 2 if args.smoke else 3 if args.quick else 5,
+                             0.2 if args.smoke else 0.5 if args.quick else 2.0,
+                             WORKLOADS[-1:] if args.smoke else WORKLOADS)
         common.print_table(["workload", "reps", "calls", "ETS J", "CV", "T s/step", "P W", "method"],
                            [[r["workload"], r["repetitions"], r["calls"], r["ets_j_mean"], common.pct(r["ets_cv"], 2),
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
-        windows = window_accuracy(backend, gpu, work, (0.05, 0.1, 0.2, 0.5, 1.0), 3 if args.quick else 8)
+        windows = window_accuracy(backend, gpu, work, (0.05, 0.2) if args.smoke else (0.05, 0.1, 0.2, 0.5, 1.0),
+                                  2 if args.smoke else 3 if args.quick else 8)
         common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
@@ -278,7 +287,8 @@ def main() -> None:
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
-        over = overhead(backend, gpu, work, (1.0,) if args.quick else (1.0, 10.0), 3 if args.quick else 5)
+        over = overhead(backend, gpu, work, (0.3,) if args.smoke else (1.0,) if args.quick else (1.0, 10.0),
+                        2 if args.smoke else 3 if args.quick else 5)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
                             for r in over], title="Meter overhead on steady GPU work")
@@ -295,7 +305,7 @@ def main() -> None:
             "gpu": {"name": gpu.name, "uuid": gpu.uuid, "backend": backend.name, "driver": backend.driver_version,
                     "cuda": torch.version.cuda, "limit_w": limits_before.enforced_mw / 1000,
                     "default_limit_w": limits_before.default_mw / 1000, "simulated": backend.simulated},
-            "settings": {"steady_s": 3.0 if args.quick else args.steady_s, "size": args.size, "device": args.device},
+            "settings": {"steady_s": steady_s, "size": args.size, "device": args.device, "smoke": args.smoke},
             "counter_vs_sampling": comparison,
             "repeatability": rows,
             "windows": windows,

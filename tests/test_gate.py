@@ -12,22 +12,23 @@ from pytest_gpuenergy.storage import RunStore
 
 
 def suite(work_s: float) -> str:
+    """Two tests whose calls declare their GPU work (``work_s`` of a compute-bound step on an H100 at
+    full power): the simulator's virtual clock runs it, so the suite costs no real CPU time."""
+    train_flops = work_s * 4e14
     return textwrap.dedent(
         f"""
-        import time, pytest
+        import pytest
 
-        def spin(seconds):
-            end = time.process_time() + seconds
-            while time.process_time() < end:
-                pass
+        def step():
+            pass
 
-        @pytest.mark.energy(compute_bound=0.9)
+        @pytest.mark.energy(work={{"flops_tf32": {train_flops!r}, "bytes": 1e8, "kernels": 40}})
         def test_train(gpu_power_cap, energy_meter):
-            energy_meter.measure(spin, {work_s}, warmup=1, min_time_s=0.2)
+            energy_meter.measure(step, warmup=1, min_time_s=0.2)
 
-        @pytest.mark.energy(compute_bound=0.3)
+        @pytest.mark.energy(work={{"flops_tf32": 1e12, "bytes": 2e10, "kernels": 40}})
         def test_infer(gpu_power_cap, energy_meter):
-            energy_meter.measure(spin, 0.01, warmup=1, min_time_s=0.2)
+            energy_meter.measure(step, warmup=1, min_time_s=0.2)
         """
     )
 
@@ -105,9 +106,10 @@ def test_xdist_gives_the_same_cases_as_a_single_process(pytester, sim_state):
     pytester.makepyfile(test_suite=suite(0.01) + textwrap.dedent(
         """
         @pytest.mark.parametrize("n", range(3))
+        @pytest.mark.energy(work={"flops_tf32": 5e13, "bytes": 1e9, "kernels": 100})
         def test_more(gpu_power_cap, energy_meter, n):
             with energy_meter:
-                spin(0.12)
+                step()
         """
     ))
     serial = pytester.runpytest_subprocess("--gpu-caps=60%,100%", "--energy-save", "--energy-storage=serial")
