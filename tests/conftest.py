@@ -6,10 +6,12 @@ other's limits or energy counters, and never touch the user's own simulated mach
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,12 +52,13 @@ def gpu_info(*extra: str) -> list[dict]:
     return json.loads(run_cli("info", "--json", "--gpu-backend=sim", *extra).stdout)
 
 
-def spin_source(seconds_name: str = "seconds") -> str:
-    """Source of a CPU-bound helper for test files written by pytester (CPU work = simulated GPU work)."""
-    return (
-        "import time\n"
-        f"def spin({seconds_name}):\n"
-        "    end = time.process_time() + " + seconds_name + "\n"
-        "    while time.process_time() < end:\n"
-        "        pass\n"
-    )
+def spin(seconds: float) -> None:
+    """``seconds`` of CPU time: on the simulator, CPU work nobody declared runs as GPU work."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def spin_source() -> str:
+    """Source of :func:`spin` for test files written by pytester: the one definition, reused."""
+    return "import time\n" + inspect.getsource(spin)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import gpu_info, run_cli
+from conftest import gpu_info, run_cli, spin_source
 
 
 
@@ -110,14 +110,8 @@ def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     # GPU 1 falls off the bus after a few calls: the capped test on it errors clearly.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "lost@1=12")
-    pytester.makepyfile(test_l=textwrap.dedent(
+    pytester.makepyfile(test_l=spin_source() + textwrap.dedent(
         """
-        import time
-        def spin(s):
-            end = time.process_time() + s
-            while time.process_time() < end:
-                pass
-
         def test_on_lost_gpu(gpu_power_cap, energy_meter):
             with energy_meter:
                 spin(0.3)
@@ -256,14 +250,11 @@ def test_a_transient_error_while_setting_a_cap_is_retried(pytester, sim_state, m
     assert limit_w() == 700.0
 
 
-MEASURED = textwrap.dedent(
+MEASURED = spin_source() + textwrap.dedent(
     """
-    import time
     def test_m(energy_meter):
         with energy_meter:
-            end = time.process_time() + 0.15
-            while time.process_time() < end:
-                pass
+            spin(0.15)
     """
 )
 

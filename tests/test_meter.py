@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import spin
 from pytest_gpuenergy.capping import PowerCapper, parse_cap
 from pytest_gpuenergy.device import open_backend
 from pytest_gpuenergy.errors import EnergyMeasurementWarning, MeasurementError
@@ -22,12 +23,6 @@ from pytest_gpuenergy.meter.energy_meter import CPU_TIME_NOTE
 from pytest_gpuenergy.meter.integrate import Publication, Read, counter_energy, publications, sampled_energy
 from pytest_gpuenergy.meter.lattice import Bracket, TickLearner
 from pytest_gpuenergy.sim.models import GPU_MODELS
-
-
-def spin(seconds: float) -> None:
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
 
 
 @pytest.fixture

@@ -354,15 +354,8 @@ def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state
     monkeypatch.setenv("MUTATIONS_LOG", str(log))
     monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path / "state"))
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
-    pytester.makepyfile(test_real=textwrap.dedent(
+    pytester.makepyfile(test_real=spin_source() + textwrap.dedent(
         """
-        import time
-
-        def spin(seconds):
-            end = time.process_time() + seconds
-            while time.process_time() < end:
-                pass
-
         def test_measured(gpu_power_cap, energy_meter):
             energy_meter.measure(spin, 0.02, repeat=2)
             part = energy_meter.result.per_gpu[0]

@@ -10,15 +10,11 @@ import time
 import pynvml
 import pytest
 
+from conftest import spin
 from pytest_gpuenergy.sim.faults import parse_faults
+from pytest_gpuenergy.sim.roofline import GpuWork
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
 from pytest_gpuenergy.errors import SimStateError
-
-
-def spin(seconds: float) -> None:
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
 
 
 @pytest.fixture
@@ -87,33 +83,47 @@ def test_the_counter_is_published_every_100_ms(nvml):
     assert statistics.median(gaps) == pytest.approx(0.1, abs=0.01)
 
 
-def test_idle_gpu_draws_idle_power_and_work_draws_more(nvml):
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    nvml.simSynchronize()
-    nvml.simCountCpuWork(False)    # other threads of a busy test process must not count as work here
-    t0, e0 = time.time(), nvml.simExactEnergyMj(handle)
-    time.sleep(0.3)
-    t1, e1 = time.time(), nvml.simExactEnergyMj(handle)
+@pytest.fixture
+def virtual(sim_state):
+    """The simulator on its virtual clock with declared work: figures that no host load can move."""
+    lib = SimulatedNvml(clock="virtual")
+    lib.nvmlInit()
+    yield lib
+    lib.nvmlShutdown()
+
+
+COMPUTE_STEP = GpuWork(flops_tf32=2e14, bytes=1e9, kernels=50)       # about 0.3 s on an H100 at 700 W
+
+
+def test_idle_gpu_draws_idle_power_and_work_draws_more(virtual):
+    handle = virtual.nvmlDeviceGetHandleByIndex(0)
+    clock = virtual.simClock()
+    t0, e0 = clock.now(), virtual.simExactEnergyMj(handle)
+    virtual.simSleepUntil(t0 + 0.3)
+    t1, e1 = clock.now(), virtual.simExactEnergyMj(handle)
     assert (e1 - e0) / 1000 / (t1 - t0) == pytest.approx(70.0, rel=0.05)   # H100 idle
-    nvml.simCountCpuWork(True)
-    spin(0.3)
-    nvml.simSynchronize()
-    t2, e2 = time.time(), nvml.simExactEnergyMj(handle)
-    assert (e2 - e1) / 1000 / (t2 - t1) > 400
+    virtual.simDeclareWork(COMPUTE_STEP)
+    virtual.simSynchronize()
+    t2, e2 = clock.now(), virtual.simExactEnergyMj(handle)
+    assert t2 - t1 > 0.1 and (e2 - e1) / 1000 / (t2 - t1) > 400
 
 
-def test_a_lower_cap_slows_the_work_down_and_saves_energy(nvml):
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+def test_a_lower_cap_slows_the_work_down_and_saves_energy(virtual):
+    handle = virtual.nvmlDeviceGetHandleByIndex(0)
+    clock = virtual.simClock()
     figures = {}
     for limit_mw in (700_000, 200_000):
-        nvml.nvmlDeviceSetPowerManagementLimit(handle, limit_mw)
-        nvml.simSynchronize()
-        t0, e0 = time.perf_counter(), nvml.simExactEnergyMj(handle)
-        spin(0.25)
-        nvml.simSynchronize()
-        figures[limit_mw] = (time.perf_counter() - t0, nvml.simExactEnergyMj(handle) - e0)
+        virtual.nvmlDeviceSetPowerManagementLimit(handle, limit_mw)
+        virtual.simSynchronize()
+        t0, e0 = clock.now(), virtual.simExactEnergyMj(handle)
+        virtual.simDeclareWork(COMPUTE_STEP)
+        virtual.simSynchronize()
+        figures[limit_mw] = (clock.now() - t0, virtual.simExactEnergyMj(handle) - e0)
     assert figures[200_000][0] > 1.3 * figures[700_000][0]       # slower
     assert figures[200_000][1] < 0.8 * figures[700_000][1]       # cheaper
+
+
+def test_the_workload_profile_is_a_fraction(nvml):
     nvml.simSetWorkloadProfile(0.3)
     with pytest.raises(ValueError):
         nvml.simSetWorkloadProfile(2.0)
@@ -121,7 +131,7 @@ def test_a_lower_cap_slows_the_work_down_and_saves_energy(nvml):
 
 def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "V100,K80")
-    lib = SimulatedNvml(clock="wall")
+    lib = SimulatedNvml(clock="virtual")      # idle stays idle, whatever the host's CPU is doing
     lib.nvmlInit()
     assert lib.nvmlDeviceGetCount() == 2
     k80 = lib.nvmlDeviceGetHandleByIndex(1)
