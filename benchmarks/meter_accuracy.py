@@ -102,7 +102,7 @@ def measure_region(meter: Any, backend: Any, gpu: Any, api: str, work: Callable[
 
 
 def run(args: Any) -> tuple[list[dict], list[dict], list[str]]:
-    from pytest_gpuenergy.device import open_backend
+    from pytest_gpuenergy.gpu.device import open_backend
     from pytest_gpuenergy.meter import EnergyMeter
 
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS

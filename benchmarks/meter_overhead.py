@@ -89,7 +89,7 @@ MODES = {
 
 
 def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
-    from pytest_gpuenergy.device import open_backend
+    from pytest_gpuenergy.gpu.device import open_backend
     from pytest_gpuenergy.meter import EnergyMeter
 
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS

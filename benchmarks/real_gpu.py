@@ -250,7 +250,7 @@ def main() -> None:
         import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
 
-    from pytest_gpuenergy.device import open_backend
+    from pytest_gpuenergy.gpu.device import open_backend
 
     started = time.time()
     backend = open_backend(args.backend)

@@ -13,12 +13,12 @@ pieces it is made of also work without pytest::
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .budgets import Budget
-from .capping import CapSpec, PowerCap, PowerCapper, parse_caps
-from .device import Backend, Gpu, open_backend
+from .gate.budgets import Budget
+from .gpu.capping import CapSpec, PowerCap, PowerCapper, parse_caps
+from .gpu.device import Backend, Gpu, open_backend
 from .errors import EnergyMeasurementWarning, GpuEnergyError, PowerLimitWarning
 from .meter import EnergyMeter
-from .results import EnergyResult, GpuResult, Repetition, Summary
+from .meter.results import EnergyResult, GpuResult, Repetition, Summary
 
 try:
     __version__ = version("pytest-gpuenergy")

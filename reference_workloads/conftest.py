@@ -86,7 +86,7 @@ def applies(entry: dict, simulated: bool | None) -> bool:
 
 
 def _session_simulated(config: pytest.Config) -> bool | None:
-    from pytest_gpuenergy.plugin import SESSION_KEY
+    from pytest_gpuenergy.plugin.hooks import SESSION_KEY
 
     session = config.stash.get(SESSION_KEY, None)
     backend = session.backend if session is not None else None

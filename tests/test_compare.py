@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energy_factories import H100, H100_REAL, V100, make_doc
-from pytest_gpuenergy.compare import (
+from pytest_gpuenergy.gate.compare import (
     CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, MISSING, NEW, REGRESSION, THRESHOLD_ONLY, UNCHANGED,
     UNDEFINED, SessionNoise, baseline_comparison, check_confidence, compare_documents, decide, parse_thresholds,
 )
-from pytest_gpuenergy.student_t import student_t_cdf, student_t_ppf
-from pytest_gpuenergy.verdicts import Evidence, classify, interval_text, pct_text
-from pytest_gpuenergy.storage import RunStore
+from pytest_gpuenergy.gate.student_t import student_t_cdf, student_t_ppf
+from pytest_gpuenergy.gate.verdicts import Evidence, classify, interval_text, pct_text
+from pytest_gpuenergy.runs.storage import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
@@ -64,7 +64,7 @@ def test_threshold_errors_can_name_another_option():
         parse_thresholds("x", source="--fail")
 
 
-@pytest.mark.parametrize("bad", [0.5, 1.0, 99, -0.1, True, "0.99", math.nan])
+@pytest.mark.parametrize("bad", [0.5, 1.0, 99, -0.1, True, "99", math.nan])
 def test_confidence_must_be_between_one_half_and_one(bad):
     with pytest.raises(ValueError, match="not a confidence level"):
         check_confidence(bad)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from energy_factories import H100_REAL, V100, make_doc
-from pytest_gpuenergy import compare_cli
-from pytest_gpuenergy.storage import RunStore
+from pytest_gpuenergy.cli import compare as compare_cli
+from pytest_gpuenergy.runs.storage import RunStore
 
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
 
@@ -199,7 +199,7 @@ def test_runs_lists_the_good_and_names_the_bad(saved, store, capsys):
 
 def test_exit_codes_in_a_real_process(saved):
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest_gpuenergy.compare_cli", "compare", str(saved["old"]), str(saved["worse"]),
+        [sys.executable, "-m", "pytest_gpuenergy.cli.compare", "compare", str(saved["old"]), str(saved["worse"]),
          "--fail", "ets:5%"], capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 1 and "ENERGY REGRESSION" in proc.stdout

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from conftest import run_cli, spin_source
 from energy_factories import make_doc
-from pytest_gpuenergy.compare import check_confidence, compare_documents
+from pytest_gpuenergy.gate.compare import check_confidence, compare_documents
 from pytest_gpuenergy.reports.terminal import comparison_lines
-from pytest_gpuenergy.storage import RunStore, load_document
+from pytest_gpuenergy.runs.storage import RunStore, load_document
 from pytest_gpuenergy.errors import SettingError, StorageError
-from pytest_gpuenergy.validation import FIGURE_RANGES
+from pytest_gpuenergy.runs.validation import FIGURE_RANGES
 
 
 def _set(field: str, value):

@@ -260,7 +260,7 @@ MEASURED = spin_source() + textwrap.dedent(
 
 
 def test_concurrent_saves_keep_both_runs(pytester, sim_state):
-    from pytest_gpuenergy.storage import RunStore
+    from pytest_gpuenergy.runs.storage import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
     runs = [start_pytest(pytester, "--energy-save") for _ in range(2)]
@@ -271,7 +271,7 @@ def test_concurrent_saves_keep_both_runs(pytester, sim_state):
 
 
 def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
-    from pytest_gpuenergy.storage import RunStore
+    from pytest_gpuenergy.runs.storage import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
     pytester.runpytest_subprocess("--energy-save").assert_outcomes(passed=1)
@@ -378,7 +378,7 @@ def test_an_xdist_worker_killed_capped_with_no_later_test_is_repaired_at_the_end
 PAUSING_REPAIR = textwrap.dedent(
     """
     import os, pathlib, time
-    from pytest_gpuenergy import journal
+    from pytest_gpuenergy.gpu import journal as journal
 
     if os.environ.get("PAUSE_REPAIR"):
         listed = journal.Journal.entries

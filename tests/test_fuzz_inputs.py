@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuenergy.budgets import budget_from_marker
+from pytest_gpuenergy.gate.budgets import budget_from_marker
 from pytest_gpuenergy.errors import BudgetError
-from pytest_gpuenergy.capping import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, parse_caps
+from pytest_gpuenergy.gpu.capping import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, parse_caps
 from pytest_gpuenergy.errors import CapSyntaxError
-from pytest_gpuenergy.device import PowerLimits
+from pytest_gpuenergy.gpu.device import PowerLimits
 from pytest_gpuenergy.sim.faults import parse_faults
 
 H100 = PowerLimits(700_000, 700_000, 700_000, 200_000, 700_000)

@@ -18,8 +18,8 @@ def test_the_wheel_ships_the_reference_workloads_with_their_data(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"reference_workloads/test_energy_suite.py", "reference_workloads/conftest.py",
                 "reference_workloads/budgets.json", "reference_workloads/declared_work.json",
-                "reference_workloads/models/residual.py", "pytest_gpuenergy/plugin.py", "pytest_gpuenergy/sim/nvml.py"}
+                "reference_workloads/models/residual.py", "pytest_gpuenergy/plugin/hooks.py", "pytest_gpuenergy/sim/nvml.py"}
     assert expected <= names, sorted(expected - names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "gpuenergy = pytest_gpuenergy.plugin" in text and "gpuenergy = pytest_gpuenergy.cli:main" in text
+    assert "gpuenergy = pytest_gpuenergy.plugin.hooks" in text and "gpuenergy = pytest_gpuenergy.cli:main" in text

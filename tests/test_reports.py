@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from energy_factories import H100, H100_REAL, make_doc
-from pytest_gpuenergy.compare import INCONCLUSIVE, REGRESSION, compare_documents
+from pytest_gpuenergy.gate.compare import INCONCLUSIVE, REGRESSION, compare_documents
 from pytest_gpuenergy.reports.digest import digest
 from pytest_gpuenergy.reports.html import html_report
 from pytest_gpuenergy.reports.json_report import REPORT_FORMAT, REPORT_VERSION, json_report
@@ -21,7 +21,7 @@ from pytest_gpuenergy.reports.markdown import markdown_report
 from pytest_gpuenergy.reports.numbers import cap_sort_key, column_cells, short_names, si
 from pytest_gpuenergy.reports.sweep import sweeps, workload_key
 from pytest_gpuenergy.reports.terminal import comparison_lines, run_lines
-from pytest_gpuenergy.storage import RunStore
+from pytest_gpuenergy.runs.storage import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"

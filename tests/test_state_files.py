@@ -19,11 +19,11 @@ import pytest
 
 from conftest import gpu_info, run_cli
 from energy_factories import make_doc
-from pytest_gpuenergy.device import open_backend
+from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.errors import UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_text
-from pytest_gpuenergy.journal import journal_for
-from pytest_gpuenergy.storage import RunStore
+from pytest_gpuenergy.gpu.journal import journal_for
+from pytest_gpuenergy.runs.storage import RunStore
 
 
 def limit_w() -> float:

@@ -17,9 +17,9 @@ from typing import Any, Callable, Sequence
 
 import pynvml
 
-from ..device import Backend, Gpu
+from ..gpu.device import Backend, Gpu
 from ..errors import EnergyMeasurementWarning, GpuLostError, MeasurementError
-from ..results import EnergyResult, GpuResult, Repetition
+from .results import EnergyResult, GpuResult, Repetition
 from .lattice import Lattice
 from .integrate import (
     CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy,

@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator
 
 import pynvml
 
-from ..device import Backend, Gpu
+from ..gpu.device import Backend, Gpu
 from ..errors import GpuLostError, MeasurementError
-from ..results import COUNTER, SAMPLING
+from .results import COUNTER, SAMPLING
 from .integrate import Read
 from .lattice import Bracket, Lattice, TickLearner
 

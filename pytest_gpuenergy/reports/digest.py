@@ -20,12 +20,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..compare import (
+from ..gate.compare import (
     CHANGED, COMPARED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, METRIC_LABELS, METRIC_UNITS, MISSING, NEW,
     REGRESSION, THRESHOLD_ONLY, UNCHANGED, UNDEFINED, CaseComparison, Comparison, MetricChange,
 )
-from ..storage import RunDocument, model_label
-from ..verdicts import interval_text, pct_text
+from ..runs.storage import RunDocument, model_label
+from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key, column_cells, short_names, si
 from .sweep import workload_key
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from ..compare import Comparison
-from ..storage import RunDocument, model_label, slug
+from ..gate.compare import Comparison
+from ..runs.storage import RunDocument, model_label, slug
 from .digest import (
     CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows,
     skipped_caps, skipped_groups, title_text,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from ..compare import Comparison, RunInfo
-from ..storage import RunDocument, commit_text, model_label
+from ..gate.compare import Comparison, RunInfo
+from ..runs.storage import RunDocument, commit_text, model_label
 from .digest import (
     CHANGE_COLUMNS, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows, skipped_caps,
     skipped_groups, title_text,

@@ -25,9 +25,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..compare import DEFAULT_CONFIDENCE, IMPROVEMENT, REGRESSION, THRESHOLD_ONLY, MetricChange, decide
-from ..storage import CaseEntry, RunDocument
-from ..verdicts import interval_text, pct_text
+from ..gate.compare import DEFAULT_CONFIDENCE, IMPROVEMENT, REGRESSION, THRESHOLD_ONLY, MetricChange, decide
+from ..runs.storage import CaseEntry, RunDocument
+from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key
 
 OPTIMISED = ("ets", "edp")           # the metrics a cap is chosen for

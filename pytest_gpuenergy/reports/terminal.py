@@ -13,8 +13,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..compare import Comparison
-from ..storage import CaseEntry, RunDocument
+from ..gate.compare import Comparison
+from ..runs.storage import CaseEntry, RunDocument
 from .digest import (
     CHANGE_COLUMNS, SIM_FOOTNOTE, SIM_MARK, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
     title_text,

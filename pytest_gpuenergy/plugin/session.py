@@ -13,17 +13,17 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
-from .budgets import Budget, check_budget, select_budget
-from .capping import CapSpec, PowerCap, PowerCapper
+from ..gate.budgets import Budget, check_budget, select_budget
+from ..gpu.capping import CapSpec, PowerCap, PowerCapper
 import pynvml
 
-from .device import Backend, Gpu, PowerLimits, open_backend, retry_transient
-from .errors import GpuEnergyError, LimitRestoreError, MeasurementError
-from .journal import Journal, journal_for
-from .locks import DEFAULT_TIMEOUT_S, holding, lock_paths
-from .meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
-from .results import EnergyResult, GpuResult
-from .storage import CaseEntry
+from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
+from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
+from ..gpu.journal import Journal, journal_for
+from ..gpu.locks import DEFAULT_TIMEOUT_S, holding, lock_paths
+from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+from ..meter.results import EnergyResult, GpuResult
+from ..runs.storage import CaseEntry
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
-from .errors import JsonInputError
+from ..errors import JsonInputError
 
 MAX_NESTING = 32            # a run document nests 5 levels; the machine description a few more
 MAX_INT_DIGITS = 30         # larger integers are no count, index or version this package writes

@@ -67,8 +67,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from .errors import SettingError
-from .storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
+from ..errors import SettingError
+from ..runs.storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
 from .student_t import student_t_ppf
 from .verdicts import (
     CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, UNDEFINED, Evidence, classify,

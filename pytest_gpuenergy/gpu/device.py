@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pynvml
 
-from .errors import BackendUnavailable, GpuLostError, GpuSelectionError
-from .fileio import user_state_dir
+from ..errors import BackendUnavailable, GpuLostError, GpuSelectionError
+from ..fileio import user_state_dir
 
 BACKEND_CHOICES = ("auto", "nvml", "sim")
 RETRY_ATTEMPTS = 4
@@ -332,8 +332,8 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Ba
                 f"--gpu-backend=nvml: {reason}; install the NVIDIA driver, or use --gpu-backend=sim "
                 f"to run on simulated GPUs"
             )
-    from .sim.nvml import SimulatedNvml
-    from .errors import SimStateError
+    from ..sim.nvml import SimulatedNvml
+    from ..errors import SimStateError
 
     try:
         sim = SimulatedNvml(state_dir=sim_state_dir)

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .errors import GpuBusyError, GpuEnergyError
-from .fileio import open_lock_file
+from ..errors import GpuBusyError, GpuEnergyError
+from ..fileio import open_lock_file
 
 DEFAULT_TIMEOUT_S = 3600.0
 _POLL_S = 0.05

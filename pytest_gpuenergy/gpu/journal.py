@@ -30,12 +30,12 @@ from typing import Any
 import pynvml
 
 from .device import Backend, Gpu
-from .errors import GpuBusyError, JournalCorrupt
-from .fileio import atomic_write_json, file_lock, read_state_text, state_folder
+from ..errors import GpuBusyError, JournalCorrupt
+from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
 from .locks import holding, lock_paths
-from .processes import is_alive, process_start
+from ..processes import is_alive, process_start
 from .signals import signals_held
-from .validation import parse_json, shown
+from ..runs.validation import parse_json, shown
 
 _FORMAT = "gpuenergy-limit-journal"
 _MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage

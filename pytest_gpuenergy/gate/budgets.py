@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .capping import CapSpec, cap_text, parse_cap
-from .device import PowerLimits
-from .validation import bounded_number, shown
-from .errors import BudgetError, CapSyntaxError
+from ..gpu.capping import CapSpec, cap_text, parse_cap
+from ..gpu.device import PowerLimits
+from ..runs.validation import bounded_number, shown
+from ..errors import BudgetError, CapSyntaxError
 
 _FIGURES = {"ets": ("ets_j", "ETS", "J"), "edp": ("edp_js", "EDP", "J s"), "time": ("time_s", "T", "s")}
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}

@@ -70,9 +70,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import GpuEnergyError, JsonInputError, StorageError
-from .fileio import atomic_write_json
-from .results import EnergyResult, GpuResult, Repetition, Summary
+from ..errors import GpuEnergyError, JsonInputError, StorageError
+from ..fileio import atomic_write_json
+from ..meter.results import EnergyResult, GpuResult, Repetition, Summary
 from .validation import figure_problem, parse_json, shown
 
 FORMAT = "pytest-gpuenergy-run"

@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Sequence
 
-from .compare_cli import add_compare_commands
-from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
-from .errors import GpuEnergyError
-from .journal import PROBLEM_ACTIONS, JournalEntry, journal_for
+from .compare import add_compare_commands
+from ..gpu.device import BACKEND_CHOICES, Backend, default_backend, open_backend
+from ..errors import GpuEnergyError
+from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry, journal_for
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:

@@ -16,22 +16,22 @@ from typing import Any, Iterator
 
 import pytest
 
-from . import signals
-from .budgets import Budget, budget_from_marker
-from .capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
-from .compare import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from .device import BACKEND_CHOICES, BackendUnavailable, default_backend
-from .errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning, SettingError
-from .gate import EnergyGate, GateOptions, GateOutcome, step_summary_path
-from .locks import DEFAULT_TIMEOUT_S
-from .meter import DEFAULT_MIN_TIME_S, EnergyMeter
-from .reports.digest import Skipped, skipped_groups
-from .reports.terminal import session_lines, tables_for, wrap
+from ..gpu import signals
+from ..gate.budgets import Budget, budget_from_marker
+from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
+from ..gate.compare import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
+from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
+from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning, SettingError
+from ..gate.ci import EnergyGate, GateOptions, GateOutcome, step_summary_path
+from ..gpu.locks import DEFAULT_TIMEOUT_S
+from ..meter import DEFAULT_MIN_TIME_S, EnergyMeter
+from ..reports.digest import Skipped, skipped_groups
+from ..reports.terminal import session_lines, tables_for, wrap
 from .session import EnergySession, SessionOptions
-from .sim.nvml import SEED_ENV
-from .sim.roofline import GPU_WORK_FIELDS, GpuWork
-from .storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
-from .validation import bounded_number, shown
+from ..sim.nvml import SEED_ENV
+from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
+from ..runs.storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
+from ..runs.validation import bounded_number, shown
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
 _BUDGETS_KEY = pytest.StashKey[list]()

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .compare import DEFAULT_CONFIDENCE, Comparison, baseline_comparison
-from .fileio import atomic_write_text
-from .reports.html import html_report
-from .reports.json_report import json_report
-from .reports.markdown import markdown_report
-from .results import EnergyResult
-from .storage import LATEST, RunDocument, RunStore, build_documents
-from .errors import StorageError
+from ..fileio import atomic_write_text
+from ..reports.html import html_report
+from ..reports.json_report import json_report
+from ..reports.markdown import markdown_report
+from ..meter.results import EnergyResult
+from ..runs.storage import LATEST, RunDocument, RunStore, build_documents
+from ..errors import StorageError
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

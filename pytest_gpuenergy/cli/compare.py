@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from .compare import DEFAULT_CONFIDENCE, check_confidence, compare_documents, parse_thresholds
-from .fileio import atomic_write_text
-from .reports.digest import skipped_caps
-from .reports.html import html_report
-from .reports.json_report import json_report
-from .reports.markdown import markdown_report
-from .reports.terminal import Column, comparison_lines, fit_table, terminal_width
-from .storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, commit_text
-from .errors import SettingError, StorageError
+from ..gate.compare import DEFAULT_CONFIDENCE, check_confidence, compare_documents, parse_thresholds
+from ..fileio import atomic_write_text
+from ..reports.digest import skipped_caps
+from ..reports.html import html_report
+from ..reports.json_report import json_report
+from ..reports.markdown import markdown_report
+from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
+from ..runs.storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, commit_text
+from ..errors import SettingError, StorageError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -30,11 +30,11 @@ from typing import Sequence
 import pynvml
 
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
-from .errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
+from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
 from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
 from .signals import signals_held
-from .validation import shown
+from ..runs.validation import shown
 
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0

@@ -1,0 +1,5 @@
+"""The `gpuenergy` command."""
+
+from .main import main
+
+__all__ = ["main"]

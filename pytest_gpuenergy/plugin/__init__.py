@@ -1,0 +1,1 @@
+"""The pytest glue: options resolved once into settings, fixtures, markers and hooks."""
