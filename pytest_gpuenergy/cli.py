@@ -10,7 +10,9 @@ from typing import Sequence
 from .compare_cli import add_compare_commands
 from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from .errors import GpuEnergyError
-from .journal import PROBLEM_ACTIONS, JournalEntry, journal_for
+from .clock_journal import journals_for
+from .clocks_info import clock_fields, clock_line
+from .journal import PROBLEM_ACTIONS, JournalEntry
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print a JSON list of objects instead of text")
     info.set_defaults(handler=cmd_info)
 
-    restore = commands.add_parser("restore", help="put back power limits that a killed run left changed")
+    restore = commands.add_parser("restore", help="put back power limits and SM clock locks that a killed run left changed")
     _backend_argument(restore)
     restore.add_argument("--force", action="store_true",
                          help="also restore GPUs whose capping process is still running")
@@ -56,6 +58,7 @@ def gpu_rows(backend: Backend) -> list[dict]:
             "enforced_limit_w": limits.enforced_mw / 1000,
             "simulated": backend.simulated,
             "driver": backend.driver_version,
+            **clock_fields(gpu),
         })
     return rows
 
@@ -75,7 +78,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(
             f"GPU {row['index']}  {row['name']}  {row['uuid']}\n"
             f"      limit {row['current_limit_w']:g} W (enforced {row['enforced_limit_w']:g} W), "
-            f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W"
+            f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W\n"
+            f"      {clock_line(row)}"
         )
     for entry in pending:
         print(f"journal: {entry.describe()} (repair with: gpuenergy restore)")
@@ -83,22 +87,25 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _pending_entries(backend: Backend) -> list[JournalEntry]:
-    """The journal's entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
-    try:
-        return journal_for(backend).entries()
-    except GpuEnergyError as exc:
-        print(f"gpuenergy info: warning: {exc}", file=sys.stderr)
-        return []
+    """The journals' entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
+    found = []
+    for journal in journals_for(backend):
+        try:
+            found += journal.entries()
+        except GpuEnergyError as exc:
+            print(f"gpuenergy info: warning: {exc}", file=sys.stderr)
+    return found
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     backend = open_backend(args.gpu_backend or default_backend())
     try:
-        outcomes = journal_for(backend).repair(backend, include_live_owners=args.force)
+        outcomes = [outcome for journal in journals_for(backend)
+                    for outcome in journal.repair(backend, include_live_owners=args.force)]
     finally:
         backend.close()
     if not outcomes:
-        print("nothing to restore: no power limit changed by pytest-gpuenergy is pending")
+        print("nothing to restore: no power limit or clock lock changed by pytest-gpuenergy is pending")
         return 0
     for outcome in outcomes:
         print(f"{outcome.action}: {outcome.message}")
