@@ -8,6 +8,7 @@ import sys
 from typing import Sequence
 
 from .compare_cli import add_compare_commands
+from .tune_cli import add_tune_command, split_pytest_args
 from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from .errors import GpuEnergyError
 from .clock_journal import journals_for
@@ -23,7 +24,7 @@ def _backend_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuenergy", description="GPU energy testing: inspect GPUs, repair limits, compare runs.")
+    parser = argparse.ArgumentParser(prog="gpuenergy", description="GPU energy testing: inspect GPUs, repair limits, compare runs, tune caps.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = commands.add_parser("info", help="each GPU: name, current, default, min and max power limit")
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(handler=cmd_restore)
 
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
+    add_tune_command(commands)
     return parser
 
 
@@ -114,7 +116,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
+    args.pytest_args = pytest_args
     try:
         return args.handler(args)
     except GpuEnergyError as exc:      # also a damaged or untrusted journal entry

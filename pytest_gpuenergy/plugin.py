@@ -553,6 +553,7 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
         "energy_repeat": options.repeat,
         "energy_min_time": options.min_time_s,
         "args": [str(a) for a in config.invocation_params.args],
+        "rootdir": str(config.rootpath),
         "skipped": [vars(item) for item in config.stash.get(_SKIPPED_KEY, [])],
         "simulator": energy.backend.sim_settings() if energy.backend is not None else None,
     }

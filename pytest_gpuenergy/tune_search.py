@@ -1,0 +1,142 @@
+"""Finding the best setting of one knob in few measured settings: the search and its honest answer.
+
+The settings form a grid over the GPU's whole allowed range (power limits in 25 W steps, SM
+clocks in about 20 steps). Energy and EDP against a cap are close to unimodal (they fall while
+the cap removes wasted power, then rise once the work slows more than the power drops), so the
+search is a bracket on the grid that shrinks towards the minimum:
+
+1. both ends (the GPU's lowest setting, and the highest, which is the default limit);
+2. the two golden-section points inside (38.2 % and 61.8 % of the range);
+3. then one setting per step: where the best measured setting is an end, halfway to its measured
+   neighbour (the optimum lies between them or at the end); where it is inside, the vertex of
+   the parabola through it and its two measured neighbours (successive parabolic interpolation),
+   kept strictly inside that bracket, or halfway into the larger side when the parabola says
+   nothing new.
+
+The answer is always a *measured* setting, never an extrapolation, with what backs it: its
+saving against the default setting, and whether its measured neighbours are worse beyond the
+repetitions' noise (the comparison's Welch test on the log ratio, at the gate's confidence).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .compare import DEFAULT_CONFIDENCE, REGRESSION, THRESHOLD_ONLY, decide
+
+GOLDEN_LOW = 0.381966      # (3 - sqrt 5) / 2
+
+
+def first_settings(count: int) -> list[list[int]]:
+    """The rounds every test starts with: the two ends, then the two golden-section points."""
+    last = count - 1
+    if last <= 0:
+        return [[0]]
+    inner = sorted({round(GOLDEN_LOW * last), round((1 - GOLDEN_LOW) * last)} - {0, last})
+    return [[0, last]] + ([inner] if inner else [])
+
+
+def next_setting(values: Mapping[int, float], count: int) -> int | None:
+    """The grid index to measure next, given the objective's mean at each measured index (None: done)."""
+    order = sorted(values)
+    if len(order) < 2:
+        return None
+    best = min(order, key=lambda i: (values[i], -i))       # ties go to the higher setting (less capping)
+    at = order.index(best)
+    if at == 0:
+        low, high = best, order[1]
+        candidate = (low + high) // 2
+    elif at == len(order) - 1:
+        low, high = order[-2], best
+        candidate = (low + high + 1) // 2
+    else:
+        low, high = order[at - 1], order[at + 1]
+        candidate = _parabola_vertex(low, best, high, values)
+        if candidate is None or candidate in values or not low < candidate < high:
+            wider_low = best - low >= high - best
+            candidate = (low + best) // 2 if wider_low else (best + high + 1) // 2
+    if candidate in values or not 0 <= candidate < count:
+        return _halfway_into_larger_gap(order, best, values)
+    return candidate
+
+
+def _parabola_vertex(a: int, b: int, c: int, values: Mapping[int, float]) -> int | None:
+    fa, fb, fc = values[a], values[b], values[c]
+    denominator = (b - a) * (fb - fc) - (b - c) * (fb - fa)
+    if denominator == 0:
+        return None
+    vertex = b - 0.5 * ((b - a) ** 2 * (fb - fc) - (b - c) ** 2 * (fb - fa)) / denominator
+    return round(vertex) if math.isfinite(vertex) else None
+
+
+def _halfway_into_larger_gap(order: Sequence[int], best: int, values: Mapping[int, float]) -> int | None:
+    at = order.index(best)
+    gaps = []
+    if at > 0:
+        gaps.append((best - order[at - 1], (order[at - 1] + best) // 2))
+    if at < len(order) - 1:
+        gaps.append((order[at + 1] - best, (best + order[at + 1] + 1) // 2))
+    for _, candidate in sorted(gaps, reverse=True):
+        if candidate not in values:
+            return candidate
+    return None       # both neighbours are adjacent on the grid: the bracket cannot shrink further
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A measured setting next to the optimum and how its figure compares (change in %, bounds)."""
+
+    index: int
+    change_pct: float
+    low_pct: float | None
+    high_pct: float | None
+    worse: bool | None            # higher beyond the noise; None: too few repetitions to tell
+
+
+@dataclass(frozen=True)
+class Found:
+    """The best measured setting for one objective, against the default, with its neighbours."""
+
+    index: int
+    default_index: int
+    saving_pct: float             # 100 x (1 - best / default): positive means less
+    time_change_pct: float
+    neighbours: tuple[Neighbour, ...]
+
+    @property
+    def distinguishable(self) -> bool | None:
+        """Every measured neighbour is worse beyond the noise (None: not tested)."""
+        if any(n.worse is None for n in self.neighbours):
+            return None
+        return all(n.worse for n in self.neighbours)
+
+
+def best_setting(samples: Mapping[int, Mapping[str, Sequence[float]]], metric: str, default_index: int,
+                 confidence: float = DEFAULT_CONFIDENCE) -> Found:
+    """The measured index with the least mean ``metric`` (``ets`` or ``edp``), and what backs it.
+
+    ``samples[index][metric]`` are the repetitions' values there (also ``time``).
+    """
+    means = {i: _mean(s[metric]) for i, s in samples.items()}
+    best = min(means, key=lambda i: (means[i], -i))
+    order = sorted(means)
+    at = order.index(best)
+    neighbours = []
+    for other in (order[at - 1] if at > 0 else None, order[at + 1] if at < len(order) - 1 else None):
+        if other is None:
+            continue
+        change = decide(metric, samples[best][metric], samples[other][metric], 0.0, confidence)
+        worse = None if change.method == THRESHOLD_ONLY else change.verdict == REGRESSION
+        neighbours.append(Neighbour(other, change.change_pct or 0.0, change.ci_low_pct, change.ci_high_pct, worse))
+    reference = samples.get(default_index)
+    saving = time_change = math.nan
+    if reference is not None:
+        saving = 100.0 * (1.0 - means[best] / _mean(reference[metric]))
+        time_change = 100.0 * (_mean(samples[best]["time"]) / _mean(reference["time"]) - 1.0)
+    return Found(best, default_index, saving, time_change, tuple(neighbours))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
