@@ -32,7 +32,7 @@ def workload(request: pytest.FixtureRequest, workload_size: str, workload_device
 
 
 @pytest.mark.parametrize("workload", CASES, indirect=True)
-def test_energy(workload, gpu_power_cap, energy_meter):
+def test_energy(workload, gpu_power_cap, gpu_clock_cap, energy_meter):
     result = energy_meter.measure(workload.step, warmup=1)
     assert result.ets_j > 0 and math.isfinite(result.ets_j)
     assert result.time_s > 0 and result.edp_js > 0

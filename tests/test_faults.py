@@ -378,7 +378,7 @@ def test_an_xdist_worker_killed_capped_with_no_later_test_is_repaired_at_the_end
 PAUSING_REPAIR = textwrap.dedent(
     """
     import os, pathlib, time
-    from pytest_gpuenergy.gpu import journal as journal
+    from pytest_gpuenergy.gpu import journal
 
     if os.environ.get("PAUSE_REPAIR"):
         listed = journal.Journal.entries

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energy_factories import H100, T0, V100, gpu_result, machine, make_doc, sweep_cases
-from pytest_gpuenergy.runs import storage as storage
+from pytest_gpuenergy.runs import storage
 from pytest_gpuenergy.meter.results import EnergyResult, Repetition
 from pytest_gpuenergy.runs.storage import (
     FORMAT, VERSION, RunDocument, RunStore, StorageError, build_documents, collect_commit_info, file_stem, load_document, node_id_of, slug,

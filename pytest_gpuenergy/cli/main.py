@@ -8,9 +8,12 @@ import sys
 from typing import Sequence
 
 from .compare import add_compare_commands
+from .tune import add_tune_command, split_pytest_args
 from ..gpu.device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from ..errors import GpuEnergyError
-from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry, journal_for
+from ..gpu.clock_journal import journals_for
+from ..gpu.clocks_info import clock_fields, clock_line
+from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +24,7 @@ def _backend_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuenergy", description="GPU energy testing: inspect GPUs, repair limits, compare runs.")
+    parser = argparse.ArgumentParser(prog="gpuenergy", description="GPU energy testing: inspect GPUs, repair limits, compare runs, tune caps.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = commands.add_parser("info", help="each GPU: name, current, default, min and max power limit")
@@ -29,13 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print a JSON list of objects instead of text")
     info.set_defaults(handler=cmd_info)
 
-    restore = commands.add_parser("restore", help="put back power limits that a killed run left changed")
+    restore = commands.add_parser("restore", help="put back power limits and SM clock locks that a killed run left changed")
     _backend_argument(restore)
     restore.add_argument("--force", action="store_true",
                          help="also restore GPUs whose capping process is still running")
     restore.set_defaults(handler=cmd_restore)
 
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
+    add_tune_command(commands)
     return parser
 
 
@@ -56,6 +60,7 @@ def gpu_rows(backend: Backend) -> list[dict]:
             "enforced_limit_w": limits.enforced_mw / 1000,
             "simulated": backend.simulated,
             "driver": backend.driver_version,
+            **clock_fields(gpu),
         })
     return rows
 
@@ -75,7 +80,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(
             f"GPU {row['index']}  {row['name']}  {row['uuid']}\n"
             f"      limit {row['current_limit_w']:g} W (enforced {row['enforced_limit_w']:g} W), "
-            f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W"
+            f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W\n"
+            f"      {clock_line(row)}"
         )
     for entry in pending:
         print(f"journal: {entry.describe()} (repair with: gpuenergy restore)")
@@ -83,22 +89,25 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _pending_entries(backend: Backend) -> list[JournalEntry]:
-    """The journal's entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
-    try:
-        return journal_for(backend).entries()
-    except GpuEnergyError as exc:
-        print(f"gpuenergy info: warning: {exc}", file=sys.stderr)
-        return []
+    """The journals' entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
+    found = []
+    for journal in journals_for(backend):
+        try:
+            found += journal.entries()
+        except GpuEnergyError as exc:
+            print(f"gpuenergy info: warning: {exc}", file=sys.stderr)
+    return found
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     backend = open_backend(args.gpu_backend or default_backend())
     try:
-        outcomes = journal_for(backend).repair(backend, include_live_owners=args.force)
+        outcomes = [outcome for journal in journals_for(backend)
+                    for outcome in journal.repair(backend, include_live_owners=args.force)]
     finally:
         backend.close()
     if not outcomes:
-        print("nothing to restore: no power limit changed by pytest-gpuenergy is pending")
+        print("nothing to restore: no power limit or clock lock changed by pytest-gpuenergy is pending")
         return 0
     for outcome in outcomes:
         print(f"{outcome.action}: {outcome.message}")
@@ -107,7 +116,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
+    args.pytest_args = pytest_args
     try:
         return args.handler(args)
     except GpuEnergyError as exc:      # also a damaged or untrusted journal entry

@@ -33,7 +33,7 @@ from .device import Backend, Gpu
 from ..errors import GpuBusyError, JournalCorrupt
 from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
 from .locks import holding, lock_paths
-from ..processes import is_alive, process_start
+from .processes import is_alive, process_start
 from .signals import signals_held
 from ..runs.validation import parse_json, shown
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import pynvml
@@ -46,6 +46,8 @@ class CapContext:
     requested_w: dict[str, float | None]      # by GPU UUID
     enforced_w: dict[str, float]
     default_w: dict[str, float]
+    clock_label: str | None = None            # the SM clock cap's label (gpu_clock_cap), None without one
+    sm_clock_cap_mhz: dict[str, float | None] = field(default_factory=dict)   # the lock's upper end, by UUID
 
 
 class EnergyMeter:
@@ -311,6 +313,8 @@ class EnergyMeter:
                 limit_enforced_w=context.enforced_w[gpu.uuid],
                 default_limit_w=context.default_w[gpu.uuid],
                 repetitions=tuple(reps),
+                clock_label=context.clock_label,
+                sm_clock_cap_mhz=context.sm_clock_cap_mhz.get(gpu.uuid),
             ))
         result = EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
         self.results.append(result)

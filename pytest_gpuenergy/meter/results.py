@@ -168,6 +168,8 @@ class GpuResult(_SummaryFigures):
     default_limit_w: float
     repetitions: tuple[Repetition, ...]
     notes: tuple[str, ...] = ()
+    clock_label: str | None = None         # the SM clock cap ("1200MHz", "clk50%"); None: clocks not capped
+    sm_clock_cap_mhz: float | None = None  # the locked SM clock's upper end the GPU enforced
 
     @cached_property
     def summary(self) -> Summary:

@@ -17,6 +17,9 @@ from typing import Any, Iterator
 import pytest
 
 from ..gpu import signals
+from ..gpu.clocks import parse_clocks
+from . import clocks as plugin_clocks
+from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
 from ..gate.budgets import Budget, budget_from_marker
 from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
 from ..gate.compare import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
@@ -45,6 +48,7 @@ _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # gpu_caps markers found bad wh
 _WORKER_OUTPUT = "gpuenergy_cases"
 
 _MARKERS = (
+    plugin_clocks.MARKER,
     "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
     "instead of --gpu-caps",
     "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
@@ -72,6 +76,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--gpu-caps", "gpu_caps",
         "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
         "limit (60%,80%), min, max, default. Without it tests run at the current limit")
+    add("--gpu-clocks", "gpu_clocks",
+        "SM clock caps to run every gpu_clock_cap test at: MHz (1200,1600), percent of the GPU's maximum "
+        "SM clock (50%), max. Without it the clocks are left alone")
     add("--gpus", "gpus",
         "GPUs to cap and measure: NVML indices or UUIDs as `gpuenergy info` lists them (default: all visible)")
     add("--energy-min-time", "energy_min_time",
@@ -100,7 +107,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _setting(config: pytest.Config, name: str) -> Any:
     value = config.getoption(name)
-    if value == "" and name != "gpu_caps":   # --gpu-caps= has its own message
+    if value == "" and name not in ("gpu_caps", "gpu_clocks"):   # --gpu-caps= has its own message
         raise pytest.UsageError(f"--{name.replace('_', '-')}= needs a value after the '='")
     if value is None:
         value = config.getini(name)
@@ -115,6 +122,11 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
         caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
     except CapSyntaxError as exc:
         raise pytest.UsageError(str(exc)) from None
+    clocks_text = "" if config.getoption("gpu_clocks") == "" else _setting(config, "gpu_clocks")
+    try:
+        clocks = tuple(parse_clocks(clocks_text)) if clocks_text is not None else ()
+    except CapSyntaxError as exc:
+        raise pytest.UsageError(str(exc)) from None
     try:
         backend = _setting(config, "gpu_backend") or default_backend()
     except BackendUnavailable as exc:
@@ -124,6 +136,7 @@ def _parse_settings(config: pytest.Config) -> SessionOptions:
     return SessionOptions(
         backend=backend,
         caps=caps,
+        clocks=clocks,
         gpus=_setting(config, "gpus"),
         min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=_MAX_MIN_TIME_S),
         repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=_MAX_REPEAT),
@@ -193,7 +206,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         session.start(repair=not hasattr(config, "workerinput"))
     except GpuEnergyError as exc:
-        if _setting(config, "gpu_backend") or options.caps or options.gpus:
+        if _setting(config, "gpu_backend") or options.caps or options.clocks or options.gpus:
             raise pytest.UsageError(str(exc)) from None
         # Installed but not asked for anything (a default from GPUENERGY_BACKEND is no request
         # of this session): only tests that use the fixtures fail.
@@ -313,6 +326,13 @@ def _marker_caps(node: Any) -> list[CapSpec] | None:
 
 @pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the cap comes last in ids
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    _power_params(metafunc)
+    problem = plugin_clocks.clock_params(metafunc, metafunc.config.stash[SESSION_KEY].options.clocks)
+    if problem is not None:
+        metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
+
+
+def _power_params(metafunc: pytest.Metafunc) -> None:
     if "gpu_power_cap" not in metafunc.fixturenames:
         return
     try:
@@ -514,7 +534,8 @@ class _SkippedCaps:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not report.skipped:
             return
-        cap = next((value for key, value in report.user_properties if key == _SKIPPED_CAP), None)
+        cap = next((value for key, value in report.user_properties if key in (_SKIPPED_CAP, plugin_clocks.SKIPPED_CLOCK)),
+                   None)
         if cap is None:
             return
         longrepr = report.longrepr
@@ -535,10 +556,12 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
     return {
         "gpu_backend": options.backend,
         "gpu_caps": [c.label for c in options.caps],
+        "gpu_clocks": [c.label for c in options.clocks],
         "gpus": options.gpus,
         "energy_repeat": options.repeat,
         "energy_min_time": options.min_time_s,
         "args": [str(a) for a in config.invocation_params.args],
+        "rootdir": str(config.rootpath),
         "skipped": [vars(item) for item in config.stash.get(_SKIPPED_KEY, [])],
         "simulator": energy.backend.sim_settings() if energy.backend is not None else None,
     }

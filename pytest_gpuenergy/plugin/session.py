@@ -15,6 +15,8 @@ from typing import Any, Iterator, Sequence
 
 from ..gate.budgets import Budget, check_budget, select_budget
 from ..gpu.capping import CapSpec, PowerCap, PowerCapper
+from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
+from ..gpu.clocks import ClockCap, ClockCapper, ClockSpec
 import pynvml
 
 from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
@@ -31,6 +33,7 @@ class SessionOptions:
     backend: str = "auto"
     caps: tuple[CapSpec, ...] = ()
     gpus: str | None = None
+    clocks: tuple[ClockSpec, ...] = ()
     min_time_s: float = DEFAULT_MIN_TIME_S
     repeat: int = 1
     lock_timeout_s: float = DEFAULT_TIMEOUT_S
@@ -65,10 +68,12 @@ class EnergySession:
         self.journal: Journal | None = None
         self.cases: dict[str, CaseRecord] = {}
         self.active_cap: PowerCap | None = None
+        self.active_clock: ClockCap | None = None
+        self.clock_journal: ClockJournal | None = None
         self.repairs: list[str] = []           # what the start of the session repaired
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.unavailable: str | None = None     # why the GPU side could not start, if it could not
-        self._cappers: list[PowerCapper] = []
+        self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
 
     # -- lifetime ------------------------------------------------------------------------------
@@ -87,17 +92,19 @@ class EnergySession:
         """Leave the GPUs alone after a failed start: no fixture may use a half-started session."""
         if self.backend is not None:
             self.backend.close()
-        self.backend, self.journal, self.gpus = None, None, []
+        self.backend, self.journal, self.clock_journal, self.gpus = None, None, None, []
 
     def _start(self, repair: bool) -> None:
         self.backend = open_backend(self.options.backend)
         self.gpus = self.backend.select(self.options.gpus)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
         self.journal = journal_for(self.backend)
+        self.clock_journal = clock_journal_for(self.backend)
         if repair:
-            for outcome in self.journal.repair(self.backend):
-                if outcome.action in ("restored", "failed", "changed-since"):
-                    self.repairs.append(outcome.message)
+            for journal in journals_for(self.backend):
+                for outcome in journal.repair(self.backend):
+                    if outcome.action in ("restored", "failed", "changed-since"):
+                        self.repairs.append(outcome.message)
         self.limits = {gpu.uuid: retry_transient(gpu.limits) for gpu in self.gpus}
 
     def finish(self, *, repair: bool = False) -> list[str]:
@@ -126,18 +133,23 @@ class EnergySession:
 
     def _after_the_tests(self, repair: bool) -> list[str]:
         assert self.backend is not None and self.journal is not None
-        problems: dict[str, str] = {}       # per GPU UUID
-        for outcome in self.journal.repair(self.backend) if repair else ():
-            if outcome.action == "failed":
-                problems[outcome.entry.gpu_uuid] = outcome.message
-            elif outcome.action in ("restored", "changed-since"):
-                self.end_repairs.append(outcome.message)
-        for entry in self.journal.entries():
-            if entry.pid == os.getpid() and entry.gpu_uuid not in problems:
-                problems[entry.gpu_uuid] = (
+        problems: dict[tuple[str, str], str] = {}       # per knob and GPU UUID
+        journals = journals_for(self.backend)
+        for knob, journal in zip(("power", "clock"), journals):
+            for outcome in journal.repair(self.backend) if repair else ():
+                if outcome.action == "failed":
+                    problems[(knob, outcome.entry.gpu_uuid)] = outcome.message
+                elif outcome.action in ("restored", "changed-since"):
+                    self.end_repairs.append(outcome.message)
+        for entry in journals[0].entries():
+            if entry.pid == os.getpid() and ("power", entry.gpu_uuid) not in problems:
+                problems[("power", entry.gpu_uuid)] = (
                     f"GPU {entry.gpu_index} ({entry.gpu_name}) stays at {entry.applied_limit_mw / 1000:g} W; its limit "
                     f"before the tests was {entry.previous_limit_mw / 1000:g} W"
                 )
+        for entry in journals[1].entries():
+            if entry.pid == os.getpid() and ("clock", entry.gpu_uuid) not in problems:
+                problems[("clock", entry.gpu_uuid)] = f"{entry.describe()}; the clock lock stays"
         return list(problems.values())
 
     # -- what the fixtures use -----------------------------------------------------------------
@@ -162,6 +174,8 @@ class EnergySession:
             )
         caps = ", ".join(c.label for c in self.options.caps)
         lines.append(f"  caps: {caps}" if caps else "  caps: none given, tests run at the current limit")
+        if self.options.clocks:
+            lines.append(f"  SM clock caps: {', '.join(c.label for c in self.options.clocks)}")
         lines.extend(f"  repaired: {message}" for message in self.repairs)
         return lines
 
@@ -184,7 +198,14 @@ class EnergySession:
         self._cappers.append(capper)
         return capper
 
-    def release(self, capper: PowerCapper) -> None:
+    def clock_capper(self) -> ClockCapper:
+        backend = self._require_backend()
+        assert self.clock_journal is not None
+        capper = ClockCapper(self.gpus, self.clock_journal, backend.lock_folder)
+        self._cappers.append(capper)
+        return capper
+
+    def release(self, capper: PowerCapper | ClockCapper) -> None:
         """Restore and forget a capper (raises ``LimitRestoreError`` if a GPU stays changed)."""
         try:
             capper.restore()
@@ -193,15 +214,25 @@ class EnergySession:
                 self._cappers.remove(capper)
 
     def cap_context(self) -> CapContext | None:
-        cap = self.active_cap
-        if cap is None:
+        cap, clock = self.active_cap, self.active_clock
+        if cap is None and clock is None:
             return None
-        return CapContext(
-            label=cap.label,
-            requested_w={g.gpu_uuid: g.requested_w for g in cap.gpus},
-            enforced_w={g.gpu_uuid: g.enforced_w for g in cap.gpus},
-            default_w={g.gpu_uuid: g.default_w for g in cap.gpus},
-        )
+        if cap is None:
+            limits = {gpu.uuid: gpu.limits() for gpu in self.gpus}
+            context = CapContext("current", {uuid: None for uuid in limits},
+                                 {uuid: lim.enforced_mw / 1000.0 for uuid, lim in limits.items()},
+                                 {uuid: lim.default_mw / 1000.0 for uuid, lim in limits.items()})
+        else:
+            context = CapContext(
+                label=cap.label,
+                requested_w={g.gpu_uuid: g.requested_w for g in cap.gpus},
+                enforced_w={g.gpu_uuid: g.enforced_w for g in cap.gpus},
+                default_w={g.gpu_uuid: g.default_w for g in cap.gpus},
+            )
+        if clock is not None and clock.spec is not None:
+            context = replace(context, clock_label=clock.label,
+                              sm_clock_cap_mhz={g.gpu_uuid: g.enforced_mhz for g in clock.gpus})
+        return context
 
     def meter(self, test_id: str, *, compute_bound: float | None = None, min_time_s: float | None = None,
               work: Any = None) -> EnergyMeter:

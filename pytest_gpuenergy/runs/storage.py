@@ -107,6 +107,8 @@ class CaseEntry:
     default_limit_w: float
     repetitions: tuple[Repetition, ...]
     notes: tuple[str, ...] = ()
+    clock_cap: str | None = None             # the SM clock cap's label; absent from a document without one
+    sm_clock_cap_mhz: float | None = None    # the locked SM clock's upper end
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -139,6 +141,8 @@ class CaseEntry:
             default_limit_w=gpu.default_limit_w,
             repetitions=tuple(gpu.repetitions),
             notes=tuple(gpu.notes),
+            clock_cap=gpu.clock_label,
+            sm_clock_cap_mhz=gpu.sm_clock_cap_mhz,
         )
 
     def to_gpu_result(self) -> GpuResult:
@@ -147,6 +151,7 @@ class CaseEntry:
             simulated=self.simulated, method=self.method, power_source=self.power_source, cap_label=self.cap,
             limit_requested_w=self.limit_requested_w, limit_enforced_w=self.limit_enforced_w,
             default_limit_w=self.default_limit_w, repetitions=self.repetitions, notes=self.notes,
+            clock_label=self.clock_cap, sm_clock_cap_mhz=self.sm_clock_cap_mhz,
         )
 
     @classmethod
@@ -155,6 +160,8 @@ class CaseEntry:
         return _DocumentReader(source).case(data, "case")
 
     def to_json(self) -> dict[str, Any]:
+        clock = {} if self.clock_cap is None else {"clock_cap": self.clock_cap,
+                                                   "sm_clock_cap_mhz": _finite(self.sm_clock_cap_mhz)}
         return {
             "case_id": self.case_id,
             "test": self.test,
@@ -172,6 +179,7 @@ class CaseEntry:
             "repetitions": [_repetition_json(rep) for rep in self.repetitions],
             "summary": {k: _finite(v) for k, v in asdict(self.summary).items()},
             "notes": list(self.notes),
+            **clock,
         }
 
 
@@ -636,6 +644,9 @@ class _DocumentReader:
         if isinstance(index, bool) or not isinstance(index, int):
             raise self.fail(f"{where}.gpu_index", f"must be a whole number, got {shown(index)}")
         notes = self.items(data, "notes", where, optional=True)
+        clock_cap = data.get("clock_cap")
+        if clock_cap is not None and (not isinstance(clock_cap, str) or not clock_cap):
+            raise self.fail(f"{where}.clock_cap", f"must be a non-empty string or absent, got {shown(clock_cap)}")
         return CaseEntry(
             case_id=case_id,
             test=data.get("test") if isinstance(data.get("test"), str) else node_id_of(case_id),
@@ -652,6 +663,8 @@ class _DocumentReader:
             default_limit_w=self.number(data, "default_limit_w", where),
             repetitions=tuple(self.repetition(r, f"{where}.repetitions[{i}]") for i, r in enumerate(reps)),
             notes=tuple(str(n) for n in notes),
+            clock_cap=clock_cap,
+            sm_clock_cap_mhz=self.number(data, "sm_clock_cap_mhz", where, optional=True),
         )
 
     def repetition(self, data: Any, where: str) -> Repetition:

@@ -34,6 +34,7 @@ FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
     "limit_requested_w": (0.0, 1e5, "W"),
     "limit_enforced_w": (0.0, 1e5, "W"),
     "default_limit_w": (0.0, 1e5, "W"),
+    "sm_clock_cap_mhz": (0.0, 1e5, "MHz"),
 }
 
 

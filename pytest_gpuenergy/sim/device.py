@@ -63,7 +63,7 @@ class SimDevice:
         self.power_phase_s = phase_rng.uniform(0, spec.power_publish_s)
         self.stuck_value_mj: int | None = None
         self.last_counter_mj: int | None = None
-        self._op_cache: dict[tuple[int, float], OperatingPoint] = {}
+        self._op_cache: dict[tuple[int, float, float], OperatingPoint] = {}
         self._drift_cache: dict[tuple[float, ...], float] = {}
         # On a virtual clock the counter starts from what earlier processes left on it, in whole
         # millijoules, so that its differences do not depend on that history.
@@ -75,10 +75,12 @@ class SimDevice:
             self.offset_at_start = state.counter_offset_mj
 
     # -- the model ---------------------------------------------------------------------------
-    def operating_point(self, limit_mw: int) -> OperatingPoint:
-        key = (limit_mw, self.owner.profile.compute_bound)
+    def operating_point(self, state: GpuState) -> OperatingPoint:
+        """Where the governor runs undeclared work under the state's power limit and clock lock."""
+        clock_cap = state.sm_clock_cap_fraction(self.spec)
+        key = (state.limit_mw, self.owner.profile.compute_bound, clock_cap)
         if key not in self._op_cache:
-            self._op_cache[key] = operating_point(self.spec, self.owner.profile, limit_mw / 1000.0)
+            self._op_cache[key] = operating_point(self.spec, self.owner.profile, state.limit_mw / 1000.0, clock_cap)
         return self._op_cache[key]
 
     def advance(self) -> GpuState:
@@ -96,7 +98,7 @@ class SimDevice:
             if owner.clock.virtual:
                 self.pending_cpu_s += work_s
             else:
-                point = self.operating_point(state.limit_mw)
+                point = self.operating_point(state)
                 busy_w = max(point.busy_power_w * self.region_power_factor - self.spec.idle_w, 0.0)
                 self.timeline.flow(self.last_seen, max(now, self.last_seen), min(work_s, now - self.last_seen) *
                                    point.time_factor, busy_w)
@@ -111,7 +113,7 @@ class SimDevice:
         work_s, self.pending_cpu_s = self.pending_cpu_s, 0.0
         if work_s <= 0 or self.owner.declared:
             return
-        point = self.operating_point(self.state_file.read().limit_mw)
+        point = self.operating_point(self.state_file.read())
         busy_w = max(point.busy_power_w * self.region_power_factor - self.spec.idle_w, 0.0)
         now = self.owner.clock.now()
         self.timeline.flow(now, now, work_s * point.time_factor, busy_w)
@@ -124,7 +126,7 @@ class SimDevice:
         """Queue one step of declared work under the current limit."""
         state = self.advance()
         self.pending_cpu_s = 0.0
-        run = run_step(self.spec, work, state.limit_mw / 1000.0)
+        run = run_step(self.spec, work, state.limit_mw / 1000.0, state.sm_clock_cap_fraction(self.spec))
         duration = run.step_s * self._session_drift(work) * self.region_time_factor
         dynamic_w = run.dynamic_w * self.region_power_factor
         ceiling_w = max(state.limit_mw / 1000.0 - self.spec.idle_w, 0.0)   # the governor holds the limit

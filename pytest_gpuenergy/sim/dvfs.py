@@ -23,6 +23,11 @@ The governor (what the driver does under a cap): run at full speed if P(1, 1) fi
 limit; otherwise lower the SM clock until it fits, down to the GPU's lowest clock; if that is
 not enough, lower the memory clock too, down to half. If even that exceeds the limit the GPU
 runs there anyway (a real GPU cannot go below its floor either).
+
+A locked SM clock (``nvmlDeviceSetGpuLockedClocks``, the ``gpu_clock_cap`` fixture) bounds the
+governor from above: it searches the SM clock in [lowest, lock] instead of [lowest, full], so a
+locked clock slows the work by t(x, 1) and cuts the power by g(x) even where the power limit
+would allow more; a power limit below what the locked clock draws lowers the clock further.
 """
 
 from __future__ import annotations
@@ -83,17 +88,20 @@ def busy_power_w(spec: GpuSpec, profile: WorkloadProfile, x: float, y: float = 1
     return spec.idle_w + mem_w * y + core_w * g * sm_busy_share_ratio
 
 
-def operating_point(spec: GpuSpec, profile: WorkloadProfile, limit_w: float) -> OperatingPoint:
-    """The clocks the governor picks for ``profile`` under a power limit of ``limit_w``."""
+def operating_point(spec: GpuSpec, profile: WorkloadProfile, limit_w: float,
+                    sm_clock_cap_fraction: float = 1.0) -> OperatingPoint:
+    """The clocks the governor picks for ``profile`` under a power limit of ``limit_w``, with the
+    SM clock locked to at most ``sm_clock_cap_fraction`` of its maximum (1: not locked)."""
     x_min = spec.sm_clock_min_fraction
+    x_max = min(max(sm_clock_cap_fraction, x_min), 1.0)
 
     def point(x: float, y: float) -> OperatingPoint:
         return OperatingPoint(x, y, busy_power_w(spec, profile, x, y), time_factor(profile, x, y))
 
-    if busy_power_w(spec, profile, 1.0) <= limit_w:
-        return point(1.0, 1.0)
+    if busy_power_w(spec, profile, x_max) <= limit_w:
+        return point(x_max, 1.0)
     if busy_power_w(spec, profile, x_min) <= limit_w:
-        x = _largest_fitting(lambda v: busy_power_w(spec, profile, v), x_min, 1.0, limit_w)
+        x = _largest_fitting(lambda v: busy_power_w(spec, profile, v), x_min, x_max, limit_w)
         return point(x, 1.0)
     y_min = MEMORY_CLOCK_MIN_FRACTION
     if busy_power_w(spec, profile, x_min, y_min) <= limit_w:

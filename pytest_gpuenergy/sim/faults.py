@@ -7,7 +7,7 @@
   and every later one), ``2-3`` (the second and third only), default every call.
 
 =====================  ==========================================================================
-``no_permission``      setting a limit raises ``NVMLError_NoPermission`` (not running as root)
+``no_permission``      setting a limit or a clock lock raises ``NVMLError_NoPermission`` (not root)
 ``no_counter``         the energy counter raises ``NVMLError_NotSupported`` (pre-Volta GPUs)
 ``no_instant_power``   the instant-power field value is not supported
 ``set_error``          setting a limit raises ``NVMLError_Unknown``
@@ -17,6 +17,8 @@
 ``counter_reset``      the energy counter restarts from 0 (a driver reload) at that read
 ``counter_backwards``  the energy counter reads 1 J less than before at those reads
 ``counter_stuck``      the energy counter stops moving from that read on
+``clock_set_error``    locking the SM clock (``nvmlDeviceSetGpuLockedClocks``) raises ``NVMLError_Unknown``
+``clock_reset_error``  resetting the SM clock lock raises ``NVMLError_Unknown``
 =====================  ==========================================================================
 
 The three ``counter_*`` faults count the same calls: reads of the energy counter.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 FAULT_NAMES = (
     "no_permission", "no_counter", "no_instant_power", "set_error", "set_ignored",
     "read_error", "lost", "counter_reset", "counter_backwards", "counter_stuck",
+    "clock_set_error", "clock_reset_error",
 )
 
 

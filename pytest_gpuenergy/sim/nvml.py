@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import pynvml
 
-from ..processes import is_alive
+from ..gpu.processes import is_alive
 from . import work as work_registry
 from .clock import CLOCK_ENV, VirtualClock, WallClock, clock_from_env
 from .device import SimDevice
@@ -303,7 +303,7 @@ class SimulatedNvml:
         with self._lock:
             device = self._device(handle)
             state = device.advance()
-            point = device.operating_point(state.limit_mw)
+            point = device.operating_point(state)
             if clock_type == pynvml.NVML_CLOCK_MEM:
                 return int(point.mem_clock_mhz(device.spec) if device.is_busy() else device.spec.mem_clock_mhz)
             if clock_type in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
@@ -315,6 +315,51 @@ class SimulatedNvml:
         if clock_type == pynvml.NVML_CLOCK_MEM:
             return int(spec.mem_clock_mhz)
         return int(spec.sm_clock_max_mhz)
+
+    # -- SM clock locks (see ``clocks.py``; the DVFS model honours them) ----------------------------
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: SimDeviceHandle) -> list[int]:
+        return [int(self._device(handle).spec.mem_clock_mhz)]
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: SimDeviceHandle, memory_clock_mhz: int) -> list[int]:
+        """The SM clocks the GPU can run at, highest first (NVML's order), in ``SM_CLOCK_STEP_MHZ`` steps."""
+        spec = self._device(handle).spec
+        if int(memory_clock_mhz) != int(spec.mem_clock_mhz):
+            raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return supported_sm_clocks(spec)
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: SimDeviceHandle, min_mhz: int, max_mhz: int) -> None:
+        """Lock the SM clock to [min, max]: like the driver, each end snaps to a supported clock."""
+        with self._lock:
+            device = self._device(handle)
+            if self.faults.fires("no_permission", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
+            if self.faults.fires("clock_set_error", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+            if not isinstance(min_mhz, int) or not isinstance(max_mhz, int) or not 0 < min_mhz <= max_mhz:
+                raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            clocks = supported_sm_clocks(device.spec)
+            top = max([c for c in clocks if c <= max_mhz] or [clocks[-1]])
+            bottom = min([c for c in clocks if c >= min_mhz] or [clocks[0]])
+            bottom = min(bottom, top)
+            device.advance()   # the energy so far was drawn at the old clocks
+            device.state_file.update(lambda s: replace(s, locked_sm_min_mhz=bottom, locked_sm_max_mhz=top))
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: SimDeviceHandle) -> None:
+        with self._lock:
+            device = self._device(handle)
+            if self.faults.fires("no_permission", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
+            if self.faults.fires("clock_reset_error", device.index):
+                raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+            device.advance()
+            device.state_file.update(lambda s: replace(s, locked_sm_min_mhz=0, locked_sm_max_mhz=0))
+
+    def simGetGpuLockedClocks(self, handle: SimDeviceHandle) -> tuple[int, int] | None:
+        """The locked SM clock range (min, max) in MHz, or None. Real NVML has no such reading: the
+        plugin knows a real GPU's lock only from its own journal (see ``clocks.py``)."""
+        with self._lock:
+            state = self._device(handle, "read").state_file.read()
+            return (state.locked_sm_min_mhz, state.locked_sm_max_mhz) if state.sm_clock_locked else None
 
     # -- simulator-only extensions -------------------------------------------------------------
     def simSetWorkloadProfile(self, compute_bound: float) -> None:
@@ -448,6 +493,16 @@ class SimulatedNvml:
         """Inject faults (``GPUENERGY_SIM_FAULTS`` syntax) counted from the next call on, while running."""
         with self._lock:
             self.faults.arm(parse_faults(text))
+
+
+SM_CLOCK_STEP_MHZ = 15    # Ampere and Hopper list their SM clocks in 15 MHz steps
+
+
+def supported_sm_clocks(spec: Any) -> list[int]:
+    """A simulated GPU's SM clocks in MHz, highest first: from the maximum down in steps, and the minimum."""
+    top, bottom = int(spec.sm_clock_max_mhz), int(spec.sm_clock_min_mhz)
+    clocks = list(range(top, bottom, -SM_CLOCK_STEP_MHZ))
+    return clocks + [bottom]
 
 
 def session_seed() -> int:

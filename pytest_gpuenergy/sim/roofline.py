@@ -120,11 +120,12 @@ class StepRun:
         return self.step_s * (self.idle_w + self.dynamic_w)
 
 
-def run_step(spec: GpuSpec, work: GpuWork, limit_w: float) -> StepRun:
-    """Where the governor puts the GPU for this step under ``limit_w``, and the step there."""
+def run_step(spec: GpuSpec, work: GpuWork, limit_w: float, sm_clock_cap_fraction: float = 1.0) -> StepRun:
+    """Where the governor puts the GPU for this step under ``limit_w`` (and a locked SM clock of at
+    most ``sm_clock_cap_fraction`` of its maximum), and the step there."""
     from .dvfs import WorkloadProfile, operating_point
 
     times = step_times(spec, work)
-    point = operating_point(spec, WorkloadProfile(times.compute_bound), limit_w)
+    point = operating_point(spec, WorkloadProfile(times.compute_bound), limit_w, sm_clock_cap_fraction)
     step_s, busy = times.at(point.sm_clock_fraction, point.mem_clock_fraction)
     return StepRun(step_s, busy, point.busy_power_w, spec.idle_w)

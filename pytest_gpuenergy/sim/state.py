@@ -54,6 +54,18 @@ class GpuState:
     # counter from the moment it was committed on, never earlier, so every reader sees the same
     # value for the same tick whenever it reads it.
     recent_commits: tuple[tuple[float, int, float], ...] = ()
+    # The SM clock range locked with nvmlDeviceSetGpuLockedClocks, in MHz; 0, 0: not locked. Like a
+    # power limit, a lock outlives the process that set it (until a reset or a reboot).
+    locked_sm_min_mhz: int = 0
+    locked_sm_max_mhz: int = 0
+
+    @property
+    def sm_clock_locked(self) -> bool:
+        return self.locked_sm_max_mhz > 0
+
+    def sm_clock_cap_fraction(self, spec: GpuSpec) -> float:
+        """The locked SM clock's upper end as a share of the maximum (1 without a lock)."""
+        return self.locked_sm_max_mhz / spec.sm_clock_max_mhz if self.sm_clock_locked else 1.0
 
 
 def load_machine(state_dir: Path, requested: tuple[str, ...] | None = None) -> tuple[GpuSpec, ...]:
@@ -143,7 +155,8 @@ class GpuStateFile:
             if state.uuid != self.uuid:
                 raise ValueError(f"it describes {state.uuid}")
             commits = tuple((float(when), int(pid), float(mj)) for when, pid, mj in state.recent_commits)
-            return replace(state, limit_mw=int(state.limit_mw), recent_commits=commits)
+            return replace(state, limit_mw=int(state.limit_mw), recent_commits=commits,
+                           locked_sm_min_mhz=int(state.locked_sm_min_mhz), locked_sm_max_mhz=int(state.locked_sm_max_mhz))
         except (ValueError, TypeError) as exc:
             raise SimStateError(
                 f"simulated GPU state {self.path} is corrupt ({exc}); delete it and the simulated "

@@ -1,0 +1,1 @@
+"""Finding the energy- and EDP-optimal power cap or SM clock cap in few runs."""

@@ -1,0 +1,134 @@
+"""``gpuenergy tune``: the search finds the optimum in at most 5 settings, and the command drives
+ordinary pytest sessions whose run documents it reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import gpu_info
+from pytest_gpuenergy.sim.models import GPU_MODELS
+from pytest_gpuenergy.sim.roofline import GpuWork, run_step
+from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.tune.search import best_setting, first_settings, next_setting
+
+
+def search(curve: list[float], budget: int = 5) -> tuple[int, int]:
+    """Run the search on a noise-free curve: (chosen index, settings measured)."""
+    values: dict[int, float] = {}
+    for planned in first_settings(len(curve)):
+        for i in planned:
+            values[i] = curve[i]
+    while len(values) < budget:
+        pick = next_setting(values, len(curve))
+        if pick is None:
+            break
+        assert pick not in values
+        values[pick] = curve[pick]
+    return min(values, key=lambda i: (values[i], -i)), len(values)
+
+
+def model_curve(model: str, work: GpuWork, metric: str) -> list[float]:
+    spec = GPU_MODELS[model]
+    caps, cap = [], spec.min_limit_w
+    while cap < spec.max_limit_w:
+        caps.append(cap)
+        cap += 25
+    caps.append(spec.max_limit_w)
+    curve = []
+    for limit in caps:
+        step = run_step(spec, work, limit)
+        curve.append(step.energy_j if metric == "ets" else step.energy_j * step.step_s)
+    return curve
+
+
+WORKS = [GpuWork(flops_tf32=f, bytes=b, kernels=k) for f in (1e11, 1e12, 5e12, 2e13)
+         for b in (1e9, 2e10, 6e10, 2e11) for k in (10, 400)]
+
+
+def test_on_the_simulators_curves_the_search_is_mostly_within_5_percent_in_5_settings():
+    """192 curves (3 models, ETS and EDP, 32 kinds of step): what the README's search figures say."""
+    errors = []
+    for model in ("H100", "A100", "V100"):
+        for metric in ("ets", "edp"):
+            for work in WORKS:
+                curve = model_curve(model, work, metric)
+                chosen, measured = search(curve)
+                assert measured <= 5
+                errors.append(curve[chosen] / min(curve) - 1)
+    assert sum(errors) / len(errors) <= 0.005
+    assert sum(e <= 0.05 for e in errors) >= 0.95 * len(errors)
+    assert max(errors) <= 0.10
+
+
+def test_the_search_starts_at_both_ends_then_the_golden_points_and_stops_when_the_bracket_is_tight():
+    assert first_settings(21) == [[0, 20], [4, 7]]
+    assert first_settings(2) == [[0, 1]]
+    flat_low = {0: 1.0, 1: 2.0}                       # adjacent, best at an end: nothing left between
+    assert next_setting(flat_low, 2) is None
+    valley = {0: 10.0, 8: 3.0, 12: 4.0, 20: 9.0}
+    assert 0 < next_setting(valley, 21) < 12
+
+
+def test_the_answer_says_whether_neighbours_differ_beyond_the_noise():
+    samples = {0: {"ets": [100.0, 101, 99], "time": [2.0, 2, 2]},
+               5: {"ets": [80.0, 80.5, 79.5], "time": [2.5, 2.5, 2.5]},
+               9: {"ets": [80.2, 80.9, 79.8], "time": [2.4, 2.4, 2.4]},
+               20: {"ets": [120.0, 121, 119], "time": [1.0, 1, 1]}}
+    found = best_setting(samples, "ets", default_index=20)
+    assert found.index == 5 and found.saving_pct == pytest.approx(100 * (1 - 80 / 120))
+    assert found.distinguishable is False and [n.index for n in found.neighbours if not n.worse] == [9]
+    single = {i: {"ets": s["ets"][:1], "time": s["time"][:1]} for i, s in samples.items()}
+    assert best_setting(single, "ets", default_index=20).distinguishable is None
+
+
+TUNED = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.parametrize("kind", [
+        pytest.param("compute", marks=pytest.mark.energy(work={"flops_tf32": 2e13, "bytes": 2e10, "kernels": 200})),
+        pytest.param("memory", marks=pytest.mark.energy(work={"flops_tf32": 1e11, "bytes": 2e11, "kernels": 50})),
+    ])
+    def test_step(kind, gpu_power_cap, energy_meter):
+        energy_meter.measure(lambda: None)
+    """
+)
+
+
+def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path, sim_state):
+    work_c, work_m = GpuWork(flops_tf32=2e13, bytes=2e10, kernels=200), GpuWork(flops_tf32=1e11, bytes=2e11, kernels=50)
+    (tmp_path / "test_w.py").write_text(TUNED)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_w.py", "--objective=both", "--repeat=2",
+         "--max-settings=5", "--json=out.json", "--html=tune.html", "--gpu-backend=sim", "--", "-p", "no:randomly"],  # everything after -- goes to pytest
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "200-700 W in 25 W steps" in done.stdout and "simulated" in done.stdout
+    rows = json.loads((tmp_path / "out.json").read_text())
+    assert {(r["test"].split("::")[-1], r["objective"]) for r in rows} == {
+        ("test_step[compute]", "ets"), ("test_step[compute]", "edp"), ("test_step[memory]", "ets"),
+        ("test_step[memory]", "edp")}
+    for row in rows:
+        work = work_c if "compute" in row["test"] else work_m
+        curve = model_curve("H100", work, row["objective"])
+        found = curve[int((row["setting"] - 200) / 25)]
+        assert found / min(curve) - 1 <= 0.05, row
+        assert row["settings_measured"] <= 10 and 700.0 in [float(k) for k in row["measured"]]
+        assert row["distinguishable"] in (True, False)
+    docs = RunStore(tmp_path / ".energy-tune").runs()
+    assert docs and all(d.simulated for d in docs)       # ordinary run documents
+    assert "<svg" in (tmp_path / "tune.html").read_text()
+    assert gpu_info()[0]["current_limit_w"] == 700.0
+
+
+def test_gpuenergy_tune_with_nothing_to_tune_is_a_one_line_error(tmp_path, sim_state):
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_plain.py", "--gpu-backend=sim"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "gpuenergy tune: error: no measured case came back" in done.stderr and "Traceback" not in done.stderr
