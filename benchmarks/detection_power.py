@@ -10,7 +10,7 @@ every rule below sees exactly the same samples.
 
 The rules, applied to the same samples:
 
-* ``gate ets:T%`` -- the plugin's own decision, ``pytest_gpuenergy.gate.compare.decide("ets", old,
+* ``gate ets:T%`` -- the plugin's own decision, ``pytest_gpuenergy.gate.decide.decide("ets", old,
   new, T, confidence)``, exactly what ``--energy-fail=ets:T%`` (``--energy-confidence``, default
   0.99) runs per case: a regression when the ratio of means is above +T % AND the one-sided
   lower confidence bound of the ratio (Welch's t on the log ratio) is above 0.
@@ -62,7 +62,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 
-from pytest_gpuenergy.gate.compare import DEFAULT_CONFIDENCE, REGRESSION, decide  # noqa: E402
+from pytest_gpuenergy.gate.settings import DEFAULT_CONFIDENCE
+from pytest_gpuenergy.gate.verdicts import REGRESSION
+from pytest_gpuenergy.gate.decide import decide
 
 NAME = "detection_power"
 BASE_ETS_J = 100.0
@@ -336,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules = main_rules()
     asv_factors = [1 + t / 100 for t in THRESHOLDS] + [ASV_DEFAULT_FACTOR]
     print(f"{NAME}{' (quick)' if args.quick else ''}: Monte Carlo on SIMULATED samples (seeded numpy, log-normal "
-          f"noise), no GPU involved; gate = pytest_gpuenergy.gate.compare.decide\n", flush=True)
+          f"noise), no GPU involved; gate = pytest_gpuenergy.gate.decide.decide\n", flush=True)
 
     # -- the grid: every noise, n, change, rule ---------------------------------------------------
     rows: list[dict[str, Any]] = []
@@ -493,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "common random numbers across changes within a (noise, n) row",
             },
             "rules": {
-                "gate": "pytest_gpuenergy.gate.compare.decide('ets', old, new, T, confidence) == 'regression' "
+                "gate": "pytest_gpuenergy.gate.decide.decide('ets', old, new, T, confidence) == 'regression' "
                         "(--energy-fail=ets:T%, --energy-confidence, default 0.99)",
                 "pytest-benchmark": "--benchmark-compare-fail=mean:T%: mean_new / mean_old * 100 - 100 > T "
                                     "(ionelmc/pytest-benchmark src/pytest_benchmark/utils.py PercentageRegressionCheck; "

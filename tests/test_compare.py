@@ -12,10 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energy_factories import H100, H100_REAL, V100, make_doc
-from pytest_gpuenergy.gate.compare import (
-    CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, MISSING, NEW, REGRESSION, THRESHOLD_ONLY, UNCHANGED,
-    UNDEFINED, SessionNoise, baseline_comparison, check_confidence, compare_documents, decide, parse_thresholds,
+from pytest_gpuenergy.gate.verdicts import (
+    CHANGED,
+    DECREASE,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    INCREASE,
+    REGRESSION,
+    UNCHANGED,
+    UNDEFINED,
 )
+from pytest_gpuenergy.gate.records import MISSING, NEW, THRESHOLD_ONLY, SessionNoise
+from pytest_gpuenergy.gate.compare import baseline_comparison, compare_documents
+from pytest_gpuenergy.gate.settings import check_confidence, parse_thresholds
+from pytest_gpuenergy.gate.decide import decide
 from pytest_gpuenergy.gate.student_t import student_t_cdf, student_t_ppf
 from pytest_gpuenergy.gate.verdicts import Evidence, classify, interval_text, pct_text
 from pytest_gpuenergy.runs.storage import RunStore

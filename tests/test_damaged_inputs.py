@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from conftest import run_cli, spin_source
 from energy_factories import make_doc
-from pytest_gpuenergy.gate.compare import check_confidence, compare_documents
+from pytest_gpuenergy.gate.settings import check_confidence
+from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.reports.terminal import comparison_lines
 from pytest_gpuenergy.runs.storage import RunStore, load_document
 from pytest_gpuenergy.errors import SettingError, StorageError

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from energy_factories import H100, H100_REAL, make_doc
-from pytest_gpuenergy.gate.compare import INCONCLUSIVE, REGRESSION, compare_documents
+from pytest_gpuenergy.gate.verdicts import INCONCLUSIVE, REGRESSION
+from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.reports.digest import digest
 from pytest_gpuenergy.reports.html import html_report
 from pytest_gpuenergy.reports.json_report import REPORT_FORMAT, REPORT_VERSION, json_report

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..gate.compare import DEFAULT_CONFIDENCE, check_confidence, compare_documents, parse_thresholds
+from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
+from ..gate.compare import compare_documents
 from ..fileio import atomic_write_text
 from ..reports.digest import skipped_caps
 from ..reports.html import html_report

@@ -16,8 +16,9 @@ from ..gpu.capping import CapSpec, cap_text, parse_cap
 from ..gpu.device import PowerLimits
 from ..runs.validation import bounded_number, shown
 from ..errors import BudgetError, CapSyntaxError
+from ..metrics import EDP, ETS, TIME
 
-_FIGURES = {"ets": ("ets_j", "ETS", "J"), "edp": ("edp_js", "EDP", "J s"), "time": ("time_s", "T", "s")}
+_FIGURES = {m.key: (m.field, m.label, m.unit) for m in (ETS, EDP, TIME)}   # checked in this order
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}
 _CAP_TOLERANCE_MW = 500
 MAX_BUDGET = 1e15       # J, J s or s: far beyond any run, and small enough that every comparison stays finite

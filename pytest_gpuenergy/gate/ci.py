@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .compare import DEFAULT_CONFIDENCE, Comparison, baseline_comparison
+from .settings import DEFAULT_CONFIDENCE
+from .records import Comparison
+from .compare import baseline_comparison
 from ..fileio import atomic_write_text
 from ..reports.html import html_report
 from ..reports.json_report import json_report

@@ -22,7 +22,7 @@ from . import clocks as plugin_clocks
 from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
 from ..gate.budgets import Budget, budget_from_marker
 from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
-from ..gate.compare import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
+from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
 from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning, SettingError
 from ..gate.ci import EnergyGate, GateOptions, GateOutcome, step_summary_path

@@ -20,10 +20,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..gate.compare import (
-    CHANGED, COMPARED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, METRIC_LABELS, METRIC_UNITS, MISSING, NEW,
-    REGRESSION, THRESHOLD_ONLY, UNCHANGED, UNDEFINED, CaseComparison, Comparison, MetricChange,
-)
+from ..gate.verdicts import CHANGED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, REGRESSION, UNCHANGED, UNDEFINED
+from ..gate.records import COMPARED, MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
+from ..metrics import METRIC_LABELS, METRIC_UNITS
 from ..runs.storage import RunDocument, model_label
 from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key, column_cells, short_names, si

@@ -16,7 +16,7 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from ..gate.compare import Comparison
+from ..gate.records import Comparison
 from ..runs.storage import RunDocument, model_label, slug
 from .digest import (
     CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows,

@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any, Sequence
 
-from ..gate.compare import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
+from ..gate.records import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
 from ..runs.storage import RunDocument
 from .digest import digest, skipped_caps
 from .sweep import OPTIMISED, optimum_data, sweeps, workload_key

@@ -25,14 +25,17 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..gate.compare import DEFAULT_CONFIDENCE, IMPROVEMENT, REGRESSION, THRESHOLD_ONLY, MetricChange, decide
+from ..gate.settings import DEFAULT_CONFIDENCE
+from ..gate.verdicts import IMPROVEMENT, REGRESSION
+from ..gate.records import THRESHOLD_ONLY, MetricChange
+from ..gate.decide import decide
 from ..runs.storage import CaseEntry, RunDocument
 from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key
+from ..metrics import METRIC_FIELDS
 
 OPTIMISED = ("ets", "edp")           # the metrics a cap is chosen for
 IMPOSSIBLE_SPEEDUP_PCT = 5.0         # a capped case this much faster than at the default limit is suspect
-_FIELDS = {"ets": "ets_j", "time": "time_s", "edp": "edp_js"}
 _DEFAULT_MATCH_W = 0.5               # a limit within this of the default counts as the default
 
 
@@ -87,7 +90,7 @@ class SweepPoint:
 
     @classmethod
     def of(cls, entry: CaseEntry) -> "SweepPoint":
-        samples = {metric: tuple(entry.samples(name)) for metric, name in _FIELDS.items()}
+        samples = {metric: tuple(entry.samples(name)) for metric, name in METRIC_FIELDS.items()}
 
         def mean_std(metric: str) -> tuple[float, float]:
             values = samples[metric]
@@ -98,7 +101,7 @@ class SweepPoint:
                    ets, time_s, edp, ets_sd, time_sd, edp_sd, samples)
 
     def value(self, metric: str) -> float:
-        return float(getattr(self, _FIELDS[metric]))
+        return float(getattr(self, METRIC_FIELDS[metric]))
 
     def spread(self, metric: str) -> float:
         return {"ets": self.ets_std_j, "time": self.time_std_s, "edp": self.edp_std_js}[metric]

@@ -24,7 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..gate.compare import DEFAULT_CONFIDENCE, REGRESSION, THRESHOLD_ONLY, decide
+from ..gate.settings import DEFAULT_CONFIDENCE
+from ..gate.verdicts import REGRESSION
+from ..gate.records import THRESHOLD_ONLY
+from ..gate.decide import decide
 
 # Where the two inner settings of the second round lie, as shares of the range from its lowest
 # setting: the lower part, where the energy- and EDP-optimal caps of the seeds' workloads and of

@@ -1,0 +1,67 @@
+"""The gate's settings as a user types them: thresholds (``--energy-fail=ets:5%``) and the confidence
+level, each validated in one place for the pytest options, the CLI and the API."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping
+
+from ..errors import SettingError
+from ..metrics import METRICS
+
+DEFAULT_CONFIDENCE = 0.99
+
+_THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
+
+
+def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, float]:
+    """``"ets:5%,edp:10%,time:5%"`` -> ``{"ets": 5.0, "edp": 10.0, "time": 5.0}`` (per cent).
+
+    Every mistake names the item and the valid form, prefixed by ``source`` (the option).
+    """
+    form = f"write METRIC:PERCENT items separated by commas, METRIC one of {', '.join(METRICS)}, e.g. {source}=ets:5%,edp:10%"
+    if text is None or not str(text).strip():
+        raise ValueError(f"{source}: no threshold given; {form}")
+    thresholds: dict[str, float] = {}
+    for item in str(text).split(","):
+        match = _THRESHOLD_ITEM.fullmatch(item)
+        if not item.strip():
+            raise ValueError(f"{source}: empty item in {text!r}; {form}")
+        if match is None:
+            raise ValueError(f"{source}: {item.strip()!r} is not a threshold; {form}")
+        metric, number = match.group(1).lower(), float(match.group(2))
+        if metric not in METRICS:
+            raise ValueError(f"{source}: unknown metric {match.group(1)!r} in {item.strip()!r}; {form}")
+        if not math.isfinite(number) or number > 1000:
+            raise ValueError(f"{source}: {item.strip()!r}: a threshold is a percentage from 0 to 1000; {form}")
+        if metric in thresholds:
+            raise ValueError(f"{source}: {metric} is given twice in {text!r}; give each metric once")
+        thresholds[metric] = number
+    return thresholds
+
+
+def check_confidence(confidence: float | str, *, source: str = "confidence") -> float:
+    """A confidence level between 0.5 and 1 (exclusive): ``0.99``, or as text ``"0.99"`` or ``"99%"``.
+    The one validator for the level, shared by the pytest option, the CLI and the API."""
+    value: object = confidence
+    if isinstance(confidence, str):
+        text = confidence.strip()
+        try:
+            value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise SettingError(f"{source}={confidence!r} is not a number; give e.g. 0.99 or 99%") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 < value < 1:
+        raise SettingError(f"{source}={confidence!r} is not a confidence level; "
+                           f"give a number between 0.5 and 1 (exclusive), e.g. 0.99 or 99%")
+    return float(value)
+
+
+def check_thresholds(thresholds: Mapping[str, float] | None) -> dict[str, float]:
+    result = dict(thresholds or {})
+    for metric, value in result.items():
+        if metric not in METRICS:
+            raise ValueError(f"thresholds: unknown metric {metric!r}; use {', '.join(METRICS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ValueError(f"thresholds: {metric}={value!r} must be a percentage >= 0")
+    return result
