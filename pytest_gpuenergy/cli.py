@@ -10,6 +10,7 @@ from typing import Sequence
 from .compare_cli import add_compare_commands
 from .device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from .errors import GpuEnergyError
+from .fleet.cli import add_fleet_command
 from .journal import PROBLEM_ACTIONS, JournalEntry, journal_for
 
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(handler=cmd_restore)
 
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
+    add_fleet_command(commands)     # fleet: the suite on every GPU model of a Ray cluster
     return parser
 
 
