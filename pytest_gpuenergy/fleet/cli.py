@@ -91,7 +91,7 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO | None = None,
     except (FleetUsageError, GpuEnergyError, RayMissing) as exc:
         return _error(exc)
     try:
-        cluster = connect(ray, address, local)
+        cluster = connect(ray, address, local, Path.cwd() if ship else None)
     except ConnectionError as exc:
         return _error(exc)
     try:
@@ -104,7 +104,7 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO | None = None,
         say(f"fleet: {len(tasks)} task{'s' if len(tasks) != 1 else ''} ({args.mode}"
             f"{', simulated GPUs' if simulate else ''}): {', '.join(t.label for t in tasks)}; "
             f"Ray ready after {time.monotonic() - started:.1f} s")
-        handles = submit(ray, tasks, ship=Path.cwd() if ship else None, workdir=Path.cwd())
+        handles = submit(ray, tasks, workdir=None if cluster.shipped else Path.cwd())
         follower = Follower(ray, say, args.progress_every, args.start_timeout)
         states = follower.follow(handles)
     except FleetUsageError as exc:

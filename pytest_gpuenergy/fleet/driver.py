@@ -40,7 +40,8 @@ class TaskState:
     submitted_at: float
     status: str = "pending"           # pending, running, finished, failed
     node: dict[str, Any] | None = None
-    percent: int | None = None
+    tests_done: int | None = None
+    tests_total: int | None = None
     started_at: float | None = None
     result: dict[str, Any] | None = None   # the task's ``finished`` event
     error: str | None = None               # why it did not finish, naming the node
@@ -67,7 +68,7 @@ class Cluster:
     description: str
     started_here: bool
     owned: bool                       # connected or started by us: ray.shutdown() at the end
-    address: str | None = None
+    shipped: bool = False             # the tasks run in a copy of the driver's folder that Ray sent
 
 
 class RayMissing(RuntimeError):
@@ -84,11 +85,17 @@ def import_ray() -> Any:
     return ray
 
 
-def connect(ray: Any, address: str | None, local: LocalCluster | None) -> Cluster:
-    """Join the Ray session of this process, the cluster at ``address``, or start a local one."""
-    quiet = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
+def connect(ray: Any, address: str | None, local: LocalCluster | None, ship: Path | None = None) -> Cluster:
+    """Join the Ray session of this process, the cluster at ``address``, or start a local one.
+
+    ``ship``: a folder Ray sends to every node as the tasks' working directory (Ray allows that
+    only for a whole job, so it is given when connecting; a session already open cannot ship).
+    """
+    quiet: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
+    if ship is not None:
+        quiet["runtime_env"] = {"working_dir": str(ship), "excludes": SHIP_EXCLUDES}
     if ray.is_initialized():
-        return Cluster("the Ray session already open in this process", started_here=False, owned=False)
+        return Cluster("the Ray session already open in this process", started_here=False, owned=False, shipped=False)
     if address:
         try:
             ray.init(address=address, **quiet)
@@ -97,15 +104,16 @@ def connect(ray: Any, address: str | None, local: LocalCluster | None) -> Cluste
                 f"cannot connect to the Ray cluster at {address}: {_first_line(exc)}; check the address "
                 f"(ray status prints it on the head node) or leave --address out to start a local cluster"
             ) from None
-        return Cluster(f"Ray cluster at {address}", started_here=False, owned=True, address=address)
+        return Cluster(f"Ray cluster at {address}", started_here=False, owned=True, shipped=ship is not None)
     cpus = max(2, os.cpu_count() or 2)
     if local is not None:
         ray.init(num_cpus=cpus, num_gpus=len(local.models), resources=local.ray_resources(),
                  include_dashboard=False, **quiet)
         return Cluster(f"local Ray cluster started here with simulated GPUs: {local.describe()}",
-                       started_here=True, owned=True)
+                       started_here=True, owned=True, shipped=ship is not None)
     ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
-    return Cluster("local Ray cluster started here (this machine's GPUs)", started_here=True, owned=True)
+    return Cluster("local Ray cluster started here (this machine's GPUs)", started_here=True, owned=True,
+                   shipped=ship is not None)
 
 
 def _remote_task(ray: Any) -> Any:
@@ -118,19 +126,16 @@ def _remote_task(ray: Any) -> Any:
     return gpuenergy_fleet_task
 
 
-def submit(ray: Any, tasks: list[TaskSpec], *, ship: Path | None, workdir: Path | None,
+def submit(ray: Any, tasks: list[TaskSpec], *, workdir: Path | None,
            clock: Callable[[], float] = time.monotonic) -> dict[Any, TaskState]:
-    """Start every task; the keys are Ray's generator handles."""
+    """Start every task; the keys are Ray's generator handles. ``workdir`` None: the shipped folder."""
     remote = _remote_task(ray)
-    runtime_env = {"working_dir": str(ship), "excludes": SHIP_EXCLUDES} if ship is not None else None
     handles: dict[Any, TaskState] = {}
     for spec in tasks:
         options: dict[str, Any] = {"num_gpus": spec.num_gpus, "accelerator_type": spec.model}
         if spec.ray_resources():
             options["resources"] = spec.ray_resources()
-        if runtime_env is not None:
-            options["runtime_env"] = runtime_env
-        handle = remote.options(**options).remote(spec, None if ship is not None else str(workdir) if workdir else None)
+        handle = remote.options(**options).remote(spec, str(workdir) if workdir is not None else None)
         handles[handle] = TaskState(spec, submitted_at=clock())
     return handles
 
@@ -186,7 +191,7 @@ class Follower:
             gpus = ", ".join(state.node.get("gpu_ids") or []) or "none"
             self.say(f"fleet: {state.spec.label} started on {state.where} (GPU ids {gpus})")
         elif kind == "running":
-            state.percent = event.get("percent")
+            state.tests_done, state.tests_total = event.get("tests_done"), event.get("tests_total")
         elif kind == "finished":
             state.status, state.result = "finished", event
             summary = event.get("summary") or f"pytest exit code {event.get('exit_code')}"
@@ -228,12 +233,17 @@ class Follower:
 
     def status_line(self, states: list[TaskState]) -> str:
         running = [s for s in states if s.status == "running"]
-        parts = [f"{s.model} {s.percent if s.percent is not None else 0}% ({self.clock() - (s.started_at or self.clock()):.0f} s)"
-                 for s in running]
+        parts = [f"{s.model} {_tests_text(s)} ({self.clock() - (s.started_at or self.clock()):.0f} s)" for s in running]
         pending = [s.model for s in states if s.status == "pending"]
         done = [s.model for s in states if s.status in ("finished", "failed")]
-        return (f"fleet: running {', '.join(parts) or 'none'}; waiting for GPUs: {', '.join(pending) or 'none'}; "
+        return (f"fleet: running {', '.join(parts) or 'none'}; waiting to start: {', '.join(pending) or 'none'}; "
                 f"done: {', '.join(done) or 'none'}")
+
+
+def _tests_text(state: TaskState) -> str:
+    if state.tests_total is None:
+        return "collecting"
+    return f"{state.tests_done or 0}/{state.tests_total} tests"
 
 
 def describe_ray_error(exc: BaseException) -> str:

@@ -18,7 +18,6 @@ cluster:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -330,12 +329,3 @@ def _gate(values: dict[str, Any], cwd: Path) -> FleetGate:
         storage=path("storage") or cwd / DEFAULT_STORAGE, save=bool(values.get("save")), compare=compare,
         thresholds=thresholds, confidence=confidence, markdown=path("markdown"), html=path("html"), json=path("json"),
     )
-
-
-_PROGRESS = re.compile(r"\[\s*(\d{1,3})%\]")
-
-
-def progress_percent(output: str) -> int | None:
-    """pytest's own progress (the last ``[ 40%]`` it printed), or None before the first test."""
-    found = _PROGRESS.findall(output[-4096:])
-    return int(found[-1]) if found else None

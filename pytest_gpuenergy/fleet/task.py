@@ -29,7 +29,8 @@ from typing import Any, Iterator, Mapping
 
 from ..sim.state import MODELS_ENV, STATE_ENV, default_state_dir
 from ..storage import slug
-from .plan import NEUTRAL_INI, TaskSpec, progress_percent, sim_model_for
+from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
+from .progress import PROGRESS_ENV, read_progress
 
 HEARTBEAT_S = 5.0
 RESTORE_GRACE_S = 120.0      # after SIGTERM, how long the session gets to restore its caps and exit
@@ -78,7 +79,8 @@ def task_env(spec: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
 
 def pytest_command(spec: TaskSpec, storage: Path, parent_pid: int) -> list[str]:
     """pytest with the user's arguments, saving into ``storage``; the gate's ini settings switched off."""
-    command = [sys.executable, "-c", LAUNCHER, str(parent_pid), f"--energy-storage={storage}", "--energy-save"]
+    command = [sys.executable, "-c", LAUNCHER, str(parent_pid), "-p", "pytest_gpuenergy.fleet.progress",
+               f"--energy-storage={storage}", "--energy-save"]
     for name in NEUTRAL_INI:
         if name != "energy_save":
             command += ["-o", f"{name}="]
@@ -99,18 +101,20 @@ def run_suite(spec: TaskSpec, node: dict[str, Any], *, workdir: str | None = Non
     yield {"event": "started", "model": spec.model, "node": node, "pid": os.getpid()}
     tmp = Path(tempfile.mkdtemp(prefix="gpuenergy-fleet-"))
     try:
-        storage, log = tmp / "runs", tmp / "pytest.log"
+        storage, log, progress = tmp / "runs", tmp / "pytest.log", tmp / "progress"
+        env = {**task_env(spec, os.environ), PROGRESS_ENV: str(progress)}
         with open(log, "wb") as out:
             proc = subprocess.Popen(pytest_command(spec, storage, os.getpid()), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=task_env(spec, os.environ), cwd=workdir)
+                                    stdin=subprocess.DEVNULL, env=env, cwd=workdir)
         try:
             while True:
                 try:
                     code = proc.wait(timeout=heartbeat_s)
                     break
                 except subprocess.TimeoutExpired:
-                    yield {"event": "running", "model": spec.model, "percent": progress_percent(_tail(log)),
-                           "elapsed_s": time.monotonic() - started}
+                    done_total = read_progress(progress)
+                    yield {"event": "running", "model": spec.model, "tests_done": done_total[0] if done_total else None,
+                           "tests_total": done_total[1] if done_total else None, "elapsed_s": time.monotonic() - started}
         finally:
             _stop(proc)   # cancelled or closed early: SIGTERM, and the session restores its caps
         output = _tail(log, OUTPUT_TAIL_CHARS)
