@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ..sim.state import MODELS_ENV, STATE_ENV, default_state_dir
+from ..fileio import user_state_dir
+from ..sim.state import MODELS_ENV, STATE_ENV
 from ..storage import slug
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
 from .progress import PROGRESS_ENV, read_progress
@@ -54,13 +55,15 @@ _SUMMARY = re.compile(r"^=+ (.+ in [0-9.]+s.*?) =+$", re.MULTILINE)
 _SHORT_SUMMARY = "short test summary info"
 
 
-def sim_state_for(spec: TaskSpec) -> Path:
-    """The node's simulated machine for this task's model and GPU count.
+def sim_state_for(spec: TaskSpec, env: Mapping[str, str] | None = None) -> Path:
+    """The node's simulated machine for this task's model and GPU count, under its ``GPUENERGY_SIM_STATE``.
 
     A stable folder (not a temporary one), like a real GPU's own state: a cap a killed session
     left is found and repaired by the next session of the same model on that node.
     """
-    return default_state_dir() / "fleet" / f"{slug(spec.model)}-x{spec.num_gpus}"
+    configured = (os.environ if env is None else env).get(STATE_ENV)
+    root = Path(configured).expanduser() if configured else user_state_dir() / "sim"
+    return root / "fleet" / f"{slug(spec.model)}-x{spec.num_gpus}"
 
 
 def task_env(spec: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
@@ -71,7 +74,7 @@ def task_env(spec: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"     # the driver reads pytest's progress from its output as it comes
     if spec.simulate:
         env[MODELS_ENV] = ",".join([sim_model_for(spec.model)] * spec.num_gpus)
-        env[STATE_ENV] = str(sim_state_for(spec))
+        env[STATE_ENV] = str(sim_state_for(spec, base))
         env["GPUENERGY_BACKEND"] = "sim"
         env.pop("CUDA_VISIBLE_DEVICES", None)   # Ray's fake GPU ids mean nothing to the simulator
     return env
