@@ -106,12 +106,18 @@ def connect(ray: Any, address: str | None, local: LocalCluster | None, ship: Pat
             ) from None
         return Cluster(f"Ray cluster at {address}", started_here=False, owned=True, shipped=ship is not None)
     cpus = max(2, os.cpu_count() or 2)
+    try:
+        if local is not None:
+            ray.init(num_cpus=cpus, num_gpus=len(local.models), resources=local.ray_resources(),
+                     include_dashboard=False, **quiet)
+        else:
+            ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
+    except Exception as exc:   # noqa: BLE001 - Ray raises many kinds; the user needs one line either way
+        raise ConnectionError(f"cannot start a local Ray cluster: {_first_line(exc)}; see Ray's message above, "
+                              f"or name a running cluster with --address") from None
     if local is not None:
-        ray.init(num_cpus=cpus, num_gpus=len(local.models), resources=local.ray_resources(),
-                 include_dashboard=False, **quiet)
         return Cluster(f"local Ray cluster started here with simulated GPUs: {local.describe()}",
                        started_here=True, owned=True, shipped=ship is not None)
-    ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
     return Cluster("local Ray cluster started here (this machine's GPUs)", started_here=True, owned=True,
                    shipped=ship is not None)
 
