@@ -19,8 +19,18 @@ from energy_factories import H100, T0, V100, gpu_result, machine, make_doc, swee
 from pytest_gpuenergy.runs import storage
 from pytest_gpuenergy.meter.results import EnergyResult, Repetition
 from pytest_gpuenergy.runs.storage import (
-    FORMAT, VERSION, RunDocument, RunStore, StorageError, build_documents, collect_commit_info, file_stem, load_document, node_id_of, slug,
+    FORMAT,
+    VERSION,
+    RunDocument,
+    RunStore,
+    build_documents,
+    collect_commit_info,
+    file_stem,
+    load_document,
+    node_id_of,
+    slug,
 )
+from pytest_gpuenergy.errors import StorageError
 
 COMMIT = {"id": "0123456789abcdef0123456789abcdef01234567", "branch": "main", "dirty": False}
 

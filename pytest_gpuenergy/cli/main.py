@@ -14,6 +14,7 @@ from ..errors import GpuEnergyError
 from ..gpu.clock_journal import journals_for
 from ..gpu.clocks_info import clock_fields, clock_line
 from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
+from ..fleet.cli import add_fleet_command
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
     add_tune_command(commands)
+    add_fleet_command(commands)     # fleet: the suite on every GPU model of a Ray cluster
     return parser
 
 
