@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
+from .shards import case_baseline
 from .storage import LATEST, CaseEntry, RunDocument, RunStore, commit_text, model_label
 from .student_t import student_t_ppf
 from .verdicts import (
@@ -207,7 +208,7 @@ class SessionNoise:
 class CaseComparison:
     """One case (case id, cap, GPU) in both runs, in only the new one, or in only the old one."""
 
-    key: tuple[str, str, int]      # (case_id, cap label, GPU index)
+    key: tuple[str, str, int]      # (case_id, cap label, the GPU's place in the case)
     test: str
     cap: str
     gpu_name: str
@@ -224,7 +225,9 @@ class CaseComparison:
 
     @property
     def gpu_index(self) -> int:
-        return self.key[2]
+        """The GPU this run measured the case on (the baseline's for a missing case)."""
+        entry = self.new or self.old
+        return entry.gpu_index if entry is not None else self.key[2]
 
     @property
     def simulated(self) -> bool:
@@ -459,18 +462,21 @@ def baseline_comparison(
     thresholds: Mapping[str, float] | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> Comparison:
-    """``new`` against its baseline in ``store``: ``latest`` of its GPU model and backend, or ``ref``.
+    """``new`` against its baseline in ``store``: ``latest`` (per case, the latest saved run of its GPU
+    model and backend that has the case: ``shards.case_baseline``), or ``ref``.
 
     Without a saved run for the model every case is reported as new, with a note. A ``ref``
     that names no run, or a corrupt baseline file, raises ``StorageError``.
     """
     if ref == LATEST:
         runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
-        if not runs:
-            return no_baseline(new, f"no saved run for {new.gpu_model} ({new.backend}) in {store.folder}: "
-                                    f"every case is new; save a baseline with --energy-save",
+        found = case_baseline(runs, new)    # per case: the latest saved run that has it (shards.py)
+        if found is None:
+            what = f"none of the {len(runs)} saved runs of" if runs else "no saved run for"
+            return no_baseline(new, f"{what} {new.gpu_model} ({new.backend}) in {store.folder} has any of this run's "
+                                    f"cases: every case is new; save a baseline with --energy-save",
                                thresholds, confidence)
-        old = runs[-1]
+        old = found
     else:
         old = store.resolve(ref, new.backend, new.gpu_model)
         runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
@@ -489,7 +495,7 @@ def _history_runs(old: RunDocument, new: RunDocument, history: Sequence[RunDocum
     """The baseline and the comparable saved runs before it, newest last, at most HISTORY_RUNS."""
     earlier = [
         doc for doc in history
-        if doc.run_id not in (old.run_id, new.run_id) and doc.created_at <= old.created_at
+        if doc.run_id not in (old.run_id, new.run_id, *old.sources, *new.sources) and doc.created_at <= old.created_at
         and _refusal(doc, old) is None
     ]
     earlier.sort(key=lambda doc: doc.created_at)
