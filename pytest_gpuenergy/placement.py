@@ -53,7 +53,9 @@ class Placement:
     def from_environment(cls, env: Mapping[str, str] | None = None, worker_id: str | None = None) -> "Placement":
         """From pytest-xdist's worker id and torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``.
 
-        Bad values in those variables are a ``GpuSelectionError`` naming them (a typo in a job script).
+        The worker id comes from pytest-xdist's ``workerinput`` only, never from the environment: a
+        pytest session started inside a worker's test (pytester) inherits ``PYTEST_XDIST_WORKER``
+        but is no worker. Bad values in torchrun's variables are a ``GpuSelectionError`` naming them.
         """
         env = os.environ if env is None else env
         if env.get("LOCAL_RANK", "").strip() or env.get("RANK", "").strip():
@@ -64,10 +66,9 @@ class Placement:
                 rank=rank, local_rank=local, world_size=_whole(env, "WORLD_SIZE", default=None),
                 local_world_size=_whole(env, "LOCAL_WORLD_SIZE", default=None),
             )
-        worker = worker_id or env.get("PYTEST_XDIST_WORKER", "")
-        match = _WORKER_ID.fullmatch(worker.strip())
+        match = _WORKER_ID.fullmatch((worker_id or "").strip())
         if match:
-            return cls(slot=int(match.group(1)), kind="xdist", label=f"pytest-xdist worker {worker}")
+            return cls(slot=int(match.group(1)), kind="xdist", label=f"pytest-xdist worker {worker_id}")
         return cls(slot=0, kind="single", label="one process")
 
     def check(self, pool: Sequence[Gpu]) -> None:
