@@ -226,3 +226,58 @@ def test_a_test_waiting_for_a_gpu_lock_stops_at_once_on_sigterm(pytester, sim_st
     finally:
         holder.kill()
         holder.wait()
+
+
+# -- the meter under a process group, with a stand-in group --------------------------------------------
+
+class TwinRanks:
+    """Two ranks whose other rank measures what this one does but whose timings ask for twice as much:
+    every decision must follow the larger, or the ranks would call a DDP step unequally often."""
+
+    rank, world_size, host = 0, 2, "node-a"
+
+    def __init__(self) -> None:
+        self.barriers = 0
+        self.asked: list[float] = []
+
+    def barrier(self) -> None:
+        self.barriers += 1
+
+    def gather(self, value):
+        return [value, value]
+
+    def agree_max(self, value):
+        self.asked.append(value)
+        return 2 * value
+
+    def agree_any(self, flags):
+        return list(flags)
+
+    def combine(self, parts):
+        from dataclasses import replace
+        return tuple(replace(part, host=f"node-{'ab'[rank]}", rank=rank) for rank in (0, 1) for part in parts)
+
+
+@pytest.mark.filterwarnings("ignore::pytest_gpuenergy.errors.EnergyMeasurementWarning")   # the empty with block
+def test_the_meter_agrees_on_calls_and_gives_every_rank_the_total(sim_state):
+    from pytest_gpuenergy.meter import EnergyMeter
+    from pytest_gpuenergy.sim.roofline import GpuWork
+
+    backend = open_backend("sim")
+    try:
+        group = TwinRanks()
+        meter = EnergyMeter(backend, backend.select(None)[:1], rank_group=lambda: group,
+                            work=GpuWork(flops_tf32=1e12, bytes=1e9, kernels=100))
+        calls: list[int] = []
+        result = meter.measure(lambda: calls.append(1), repeat=2)
+        first_ask = int(group.asked[0])                       # this rank's own count after the warm-up
+        assert [rep.calls for rep in result.per_gpu[0].repetitions] == [2 * first_ask] * 2
+        assert len(calls) == 1 + 2 * 2 * first_ask            # the warm-up call and the agreed calls, not its own
+        assert group.barriers == 2                             # every region starts together
+        assert [(g.host, g.rank) for g in result.per_gpu] == [("node-a", 0), ("node-b", 1)]
+        assert result.ets_j == pytest.approx(2 * result.per_gpu[0].ets_j)
+        with meter:
+            pass
+        assert group.barriers == 4                             # a with block: start and end
+    finally:
+        backend.close()
