@@ -39,7 +39,10 @@ def run_suite(extra: list[str], caps: str, storage: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "reference_workloads", f"--gpu-caps={caps}", "-q",
                "-p", "no:cacheprovider", "--energy-save", f"--energy-storage={storage}", *extra]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=common.REPO_ROOT, capture_output=True, text=True)
+    # One torch thread per process in every mode (torchrun's default too): four workers of two threads
+    # each on a 2-core host would mostly measure the oversubscription.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=common.REPO_ROOT, capture_output=True, text=True, env=env)
     wall_s = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"the suite failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -92,7 +95,8 @@ def main() -> None:
         NAME,
         {
             "description": "wall time of the reference suite on a simulated 4-GPU machine, one process vs pytest-xdist",
-            "settings": {"caps": caps, "rounds": rounds, "gpus": GPUS, "clock": "virtual", "cpu_cores": cores},
+            "settings": {"caps": caps, "rounds": rounds, "gpus": GPUS, "clock": "virtual", "cpu_cores": cores,
+                         "omp_num_threads": 1, "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
             "summary": summary,
             "rounds": results,
             "note": f"on {cores} CPU cores the speed-up is bounded by the cores: the simulated GPU work takes no wall time",
