@@ -63,8 +63,9 @@ def main() -> None:
     rounds = 1 if args.quick else 2
     started = time.time()
     cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None     # other jobs on the host at the start
     print(f"{NAME}{' (quick)' if args.quick else ''}: pytest reference_workloads --gpu-caps={caps} on a SIMULATED "
-          f"4 x H100 machine, {cores} CPU cores\n", flush=True)
+          f"4 x H100 machine, {cores} CPU cores, load average {load}\n", flush=True)
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in MODES}
     with tempfile.TemporaryDirectory(prefix="gpuenergy-fleet-") as tmp:
         for index in range(rounds):
@@ -96,7 +97,7 @@ def main() -> None:
         {
             "description": "wall time of the reference suite on a simulated 4-GPU machine, one process vs pytest-xdist",
             "settings": {"caps": caps, "rounds": rounds, "gpus": GPUS, "clock": "virtual", "cpu_cores": cores,
-                         "omp_num_threads": 1, "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+                         "omp_num_threads": 1, "load_average_at_start": load},
             "summary": summary,
             "rounds": results,
             "note": f"on {cores} CPU cores the speed-up is bounded by the cores: the simulated GPU work takes no wall time",

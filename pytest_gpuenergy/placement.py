@@ -13,7 +13,10 @@ has a *slot* in it:
 A test asking for several GPUs (``@pytest.mark.energy(gpus=4)``, ``gpus="all"``) takes its slot's
 GPU and the next ones in the pool. The GPU's work follows: a pytest-xdist worker's
 ``CUDA_VISIBLE_DEVICES`` lists the pool starting at its GPU (so ``cuda`` / ``cuda:0`` is its GPU),
-and where torch already runs CUDA its current device is set to the test's first GPU.
+and where torch already runs CUDA its current device is set to the test's first GPU. Only on
+real GPUs (NVML): the simulator drives no CUDA, and its declared work goes to the test's GPUs
+through ``Backend.use``; a simulated machine's UUIDs in ``CUDA_VISIBLE_DEVICES`` would only hide
+GPUs from the processes a test starts.
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ class EnergySession:
         self.backend = open_backend(self.options.backend)
         self.gpus = self.backend.select(self.options.gpus)
         self.placement.check(self.gpus)
-        pin_worker(self.gpus, self.placement)
+        if not self.backend.simulated:      # the simulator runs no CUDA: backend.use routes its work
+            pin_worker(self.gpus, self.placement)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
         self.journal = journal_for(self.backend)
         if repair:
@@ -190,7 +191,8 @@ class EnergySession:
         held = self.placement.gpus_for(self.gpus, wanted)
         with holding(lock_paths(backend.lock_folder, [g.uuid for g in held]), timeout_s=self.options.lock_timeout_s):
             backend.use(held)
-            pin_current_device(held, backend.all_gpus)
+            if not backend.simulated:
+                pin_current_device(held, backend.all_gpus)
             self.held = held
             try:
                 yield held

@@ -172,7 +172,7 @@ def test_four_xdist_workers_on_four_gpus_run_side_by_side_one_gpu_each(pytester,
     result.assert_outcomes(passed=8)
     runs = [json.loads(line) for line in (pytester.path / "intervals.jsonl").read_text().splitlines()]
     assert all(run["gpus"] == [run["gpu"]] for run in runs)                 # every result: one GPU, the test's
-    assert all(run["cuda"] == run["uuid"] for run in runs)                  # CUDA's first device is that GPU
+    assert all(run["cuda"] == "" for run in runs)        # the simulator drives no CUDA: nothing is hidden
     assert len({run["gpu"] for run in runs}) == 4                           # the four workers on four GPUs
     assert any(run["side_by_side"] for run in runs)                         # tests on different GPUs overlapped
     for gpu in range(4):                                                    # tests on one GPU never did
@@ -281,3 +281,30 @@ def test_the_meter_agrees_on_calls_and_gives_every_rank_the_total(sim_state):
         assert group.barriers == 4                             # a with block: start and end
     finally:
         backend.close()
+
+
+PINNED = textwrap.dedent(
+    """
+    import os, pytest
+
+    @pytest.mark.parametrize("n", range(2))
+    def test_pinned(gpu_power_cap, n):
+        first = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        assert first[0] == gpu_power_cap.gpus[0].gpu_uuid and len(first) == 2
+    """
+)
+
+
+def test_on_real_gpus_an_xdist_workers_cuda_sees_its_own_gpu_first(pytester, sim_state, monkeypatch):
+    """The NVML code path (the simulator standing in for the library): CUDA_VISIBLE_DEVICES follows the worker."""
+    pytest.importorskip("xdist")
+    from test_plugin_core import FAKE_DRIVER
+
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
+    pytester.makepyfile(fake_driver=FAKE_DRIVER, test_pinned=PINNED)
+    monkeypatch.setenv("MUTATIONS_LOG", str(pytester.path / "mutations.log"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path / "state"))
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    result = pytester.runpytest_subprocess("-p", "fake_driver", "--gpu-backend=nvml", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert not (pytester.path / "mutations.log").exists()
