@@ -6,8 +6,8 @@ time costs no wall time: what is left is the host's own work (the tiny models on
 import in each worker, the plugin), so the speed-up is bounded by the host's CPU cores, not by
 the GPUs. The script prints the machine's core count next to the figures and says so.
 
-    python benchmarks/fleet_time.py --quick    # --gpu-caps=80%: 18 cases, one round
-    python benchmarks/fleet_time.py            # the main job's caps 60%,80%,100%: 54 cases, two rounds
+    python benchmarks/xdist_scaling.py --quick    # --gpu-caps=80%: 18 cases, one round
+    python benchmarks/xdist_scaling.py            # the main job's caps 60%,80%,100%: 54 cases, two rounds
 
 Every run also checks what the issue asks of it: each case saved once, on one GPU, and with four
 workers all four GPUs used.
@@ -27,7 +27,7 @@ from typing import Any
 
 import _common as common
 
-NAME = "fleet_time"
+NAME = "xdist_scaling"
 GPUS = "H100,H100,H100,H100"
 MODES = (("one process", []), ("-n 1", ["-n", "1"]), ("-n 4", ["-n", "4"]))
 
