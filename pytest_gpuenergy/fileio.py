@@ -55,13 +55,28 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True, durable:
         if overwrite:
             os.replace(tmp_name, path)
         else:
-            os.link(tmp_name, path)  # fails with FileExistsError if someone got there first
+            _link_new(tmp_name, path)
             os.unlink(tmp_name)
         if durable:
             _fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
+        raise
+
+
+def _link_new(tmp_name: str, path: Path) -> None:
+    """Hard-link the finished temporary file to ``path``; ``FileExistsError`` if someone got there first.
+
+    The link is atomic on local file systems and on NFS (no ``flock`` needed across hosts, so runs
+    of several machines can save into one shared folder). On NFS a retried request whose first
+    reply was lost reports "exists" for our own link: the temporary file's link count (2) tells.
+    """
+    try:
+        os.link(tmp_name, path)
+    except FileExistsError:
+        if os.stat(tmp_name).st_nlink == 2 and os.path.samefile(tmp_name, path):
+            return
         raise
 
 

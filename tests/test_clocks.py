@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from conftest import gpu_info, run_cli
-from pytest_gpuenergy.gpu.capping import CapSyntaxError
+from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, read_lock
 from pytest_gpuenergy.gpu.clocks import ClockCapper, parse_clock, parse_clocks
 from pytest_gpuenergy.gpu.device import open_backend

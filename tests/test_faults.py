@@ -112,6 +112,9 @@ def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "lost@1=12")
     pytester.makepyfile(test_l=spin_source() + textwrap.dedent(
         """
+        import pytest
+
+        @pytest.mark.energy(gpus=2)     # both GPUs: the test on GPU 0 and 1 loses GPU 1
         def test_on_lost_gpu(gpu_power_cap, energy_meter):
             with energy_meter:
                 spin(0.3)

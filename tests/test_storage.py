@@ -50,7 +50,7 @@ def test_document_has_the_documented_fields():
     case = data["cases"][0]
     assert set(case) == {"case_id", "test", "cap", "gpu_index", "gpu_name", "gpu_uuid", "backend", "simulated",
                          "method", "power_source", "limit_requested_w", "limit_enforced_w", "default_limit_w",
-                         "repetitions", "summary", "notes"}
+                         "repetitions", "summary", "notes", "gpu_slot", "host", "rank"}
     assert set(case["repetitions"][0]) == {"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w", "calls",
                                            "ets_low_j", "ets_high_j"}
     assert case["repetitions"][0]["ets_low_j"] <= case["repetitions"][0]["ets_j"] <= case["repetitions"][0]["ets_high_j"]

@@ -24,6 +24,7 @@ from ..reports.markdown import markdown_report
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
 from ..runs.storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, commit_text
 from ..errors import SettingError, StorageError
+from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -36,9 +37,14 @@ def add_compare_commands(subparsers: Any) -> None:
                     "beyond noise and threshold; 2: bad input.",
     )
     compare.add_argument("old", metavar="OLD",
-                         help="the baseline: a run document's path, a run id in --storage, or 'latest' "
-                              "(the newest run of NEW's GPU model saved before it)")
-    compare.add_argument("new", metavar="NEW", help="the run to check: a path or a run id")
+                         help="the baseline: a run document's path, a run id in --storage, commit:ID (that "
+                              "commit's runs merged), or 'latest' (per case, the newest run of NEW's GPU model "
+                              "saved before it that has the case)")
+    compare.add_argument("new", metavar="NEW",
+                         help="the run to check: a path, a run id, or commit:ID (the runs of one commit, "
+                              "e.g. a sharded suite's, as one)")
+    compare.add_argument("--gpu", metavar="MODEL",
+                         help="with commit:ID, the GPU model to compare when the commit has runs of several")
     compare.add_argument("--fail", metavar="THRESHOLDS",
                          help="fail (exit 1) on a regression beyond these changes, e.g. ets:5%%,edp:10%%,time:5%%; "
                               "without it changes are reported and nothing fails")
@@ -57,6 +63,9 @@ def add_compare_commands(subparsers: Any) -> None:
                       help=f"the storage folder (default {DEFAULT_STORAGE})")
     runs.add_argument("--backend", help="only runs of this backend (nvml or sim)")
     runs.add_argument("--gpu", metavar="MODEL", help="only runs of this GPU model (its exact name)")
+    runs.add_argument("--by-commit", action="store_true",
+                      help="one row per commit and GPU model: its runs (a sharded suite's) combined; compare "
+                           "them as one with: gpuenergy compare latest commit:ID")
     runs.set_defaults(handler=cmd_runs)
 
 
@@ -75,7 +84,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         thresholds = parse_thresholds(args.fail, source="--fail") if args.fail is not None else {}
         store = RunStore(args.storage)
-        new = store.resolve(args.new)
+        new = _resolve(store, args.new, gpu_model=args.gpu)
         saved = store.runs(new.backend, new.gpu_model)   # the baseline's candidates and its history
         old = _baseline(store, args.old, new, saved)
         comparison = compare_documents(old, new, thresholds, args.confidence, history=saved)
@@ -98,16 +107,24 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _baseline(store: RunStore, ref: str, new: RunDocument, saved: list[RunDocument]) -> RunDocument:
-    """OLD as named; ``latest`` is the newest of ``saved`` (NEW's GPU model and backend) before NEW."""
+    """OLD as named; ``latest`` is, per case, the newest of ``saved`` (NEW's GPU model and backend)
+    before NEW that has the case: the gate's rule (``shards.case_baseline``)."""
     if ref != LATEST:
-        return store.resolve(ref)
-    earlier = [doc for doc in saved if doc.run_id != new.run_id and doc.created_at <= new.created_at]
-    if not earlier:
+        return _resolve(store, ref, new.backend, new.gpu_model)
+    found = case_baseline(saved, new)
+    if found is None:
         raise StorageError(
-            f"OLD is 'latest' but {store.folder} holds no run of {new.gpu_model} ({new.backend}) before {new.run_id}; "
-            f"name the baseline's file or run id"
+            f"OLD is 'latest' but {store.folder} holds no run of {new.gpu_model} ({new.backend}) before {new.run_id} "
+            f"with any of its cases; name the baseline's file or run id"
         )
-    return earlier[-1]
+    return found
+
+
+def _resolve(store: RunStore, ref: str, backend: str | None = None, gpu_model: str | None = None) -> RunDocument:
+    """A path, a run id, or ``commit:ID`` (that commit's runs of one GPU model, merged)."""
+    if str(ref).startswith(COMMIT_PREFIX):
+        return resolve_commit(store, ref, backend, gpu_model)
+    return store.resolve(ref)
 
 
 def _write(target: str, text: str, out: TextIO) -> int:
@@ -138,12 +155,31 @@ def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
     ]
     columns = (Column("run id"), Column("date (UTC)", drop=2), Column("backend", drop=4),
                Column("GPU model", elide=True), Column("cases", right=True, drop=3), Column("commit", drop=1))
+    if args.by_commit:
+        columns, rows = _commit_rows(docs)
     if rows:
         for line in fit_table(columns, rows, terminal_width()):
             print(line, file=out)
     for problem in problems:
         print(f"gpuenergy runs: error: {problem}", file=sys.stderr)
     return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def _commit_rows(docs: list[RunDocument]) -> tuple[tuple[Column, ...], list[list[str]]]:
+    """``gpuenergy runs --by-commit``: per commit and GPU model, its runs merged (each case once)."""
+    rows = []
+    for group in by_commit(docs):
+        merged = group.merged
+        rows.append([
+            commit_text(merged.commit) if group.commit_id else "no commit", str(len(group.runs)),
+            str(len({(c.case_id, c.cap) for c in merged.cases})), f"{group.runs[-1].created_at:%Y-%m-%d %H:%M}",
+            merged.backend + (" (simulated)" if merged.simulated else ""), merged.gpu_model,
+            " ".join(d.run_id for d in group.runs),
+        ])
+    columns = (Column("commit"), Column("runs", right=True), Column("cases", right=True),
+               Column("latest (UTC)", drop=3), Column("backend", drop=4), Column("GPU model", elide=True),
+               Column("run ids", drop=1, elide=True))
+    return columns, rows
 
 
 def _error(command: str, problem: object) -> int:

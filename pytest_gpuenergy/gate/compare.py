@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..metrics import METRIC_FIELDS, METRICS
+from ..runs.shards import case_baseline
 from ..runs.storage import LATEST, CaseEntry, RunDocument, RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
@@ -54,18 +55,21 @@ def baseline_comparison(
     thresholds: Mapping[str, float] | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> Comparison:
-    """``new`` against its baseline in ``store``: ``latest`` of its GPU model and backend, or ``ref``.
+    """``new`` against its baseline in ``store``: ``latest`` (per case, the latest saved run of its GPU
+    model and backend that has the case: ``shards.case_baseline``), or ``ref``.
 
     Without a saved run for the model every case is reported as new, with a note. A ``ref``
     that names no run, or a corrupt baseline file, raises ``StorageError``.
     """
     if ref == LATEST:
         runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
-        if not runs:
-            return no_baseline(new, f"no saved run for {new.gpu_model} ({new.backend}) in {store.folder}: "
-                                    f"every case is new; save a baseline with --energy-save",
+        found = case_baseline(runs, new)    # per case: the latest saved run that has it (shards.py)
+        if found is None:
+            what = f"none of the {len(runs)} saved runs of" if runs else "no saved run for"
+            return no_baseline(new, f"{what} {new.gpu_model} ({new.backend}) in {store.folder} has any of this run's "
+                                    f"cases: every case is new; save a baseline with --energy-save",
                                thresholds, confidence)
-        old = runs[-1]
+        old = found
     else:
         old = store.resolve(ref, new.backend, new.gpu_model)
         runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
@@ -84,7 +88,7 @@ def _history_runs(old: RunDocument, new: RunDocument, history: Sequence[RunDocum
     """The baseline and the comparable saved runs before it, newest last, at most HISTORY_RUNS."""
     earlier = [
         doc for doc in history
-        if doc.run_id not in (old.run_id, new.run_id) and doc.created_at <= old.created_at
+        if doc.run_id not in (old.run_id, new.run_id, *old.sources, *new.sources) and doc.created_at <= old.created_at
         and _refusal(doc, old) is None
     ]
     earlier.sort(key=lambda doc: doc.created_at)

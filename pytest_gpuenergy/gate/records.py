@@ -91,7 +91,7 @@ class SessionNoise:
 class CaseComparison:
     """One case (case id, cap, GPU) in both runs, in only the new one, or in only the old one."""
 
-    key: tuple[str, str, int]      # (case_id, cap label, GPU index)
+    key: tuple[str, str, int]      # (case_id, cap label, the GPU's place in the case)
     test: str
     cap: str
     gpu_name: str
@@ -108,7 +108,9 @@ class CaseComparison:
 
     @property
     def gpu_index(self) -> int:
-        return self.key[2]
+        """The GPU this run measured the case on (the baseline's for a missing case)."""
+        entry = self.new or self.old
+        return entry.gpu_index if entry is not None else self.key[2]
 
     @property
     def simulated(self) -> bool:

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import pynvml
 
-from .capping import CapSyntaxError
+from ..errors import CapSyntaxError
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, retry_transient
 from ..errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError

@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import GpuBusyError, GpuEnergyError
+from ..errors import GpuBusyError
 from ..fileio import open_lock_file
+from .signals import announce
 
 DEFAULT_TIMEOUT_S = 3600.0
 _POLL_S = 0.05
+_SAY_AFTER_S = 2.0      # a wait longer than this is said on the terminal (whose lock, how to stop)
 
 
 class _Held:
@@ -44,19 +46,27 @@ def _acquire(path: Path, timeout_s: float) -> None:
             return
     fd = open_lock_file(path)
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                owner = _owner(fd)
-                os.close(fd)
-                raise GpuBusyError(
-                    f"waited {timeout_s:g} s for the GPU lock {path.name} held by {owner}: another test session is "
-                    f"using that GPU; wait for it to finish, or select another GPU with --gpus"
-                ) from None
-            time.sleep(_POLL_S)
+    said = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise GpuBusyError(
+                        f"waited {timeout_s:g} s for the GPU lock {path.name} held by {_owner(fd)}: another test session is "
+                        f"using that GPU; wait for it to finish, or select another GPU with --gpus"
+                    ) from None
+                if not said and timeout_s >= _SAY_AFTER_S and time.monotonic() >= deadline - timeout_s + _SAY_AFTER_S:
+                    said = True
+                    announce(f"gpuenergy: waiting for the GPU lock {path.name} held by {_owner(fd)} "
+                             f"(at most {timeout_s:g} s; Ctrl-C or SIGTERM stops at once)")
+                # A short sleep, never a blocking flock: a signal (SIGTERM, Ctrl-C) raises here at once.
+                time.sleep(_POLL_S)
+    except BaseException:
+        os.close(fd)
+        raise
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()}\n".encode())
     with _mutex:

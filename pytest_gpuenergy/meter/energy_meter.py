@@ -72,6 +72,7 @@ class EnergyMeter:
         min_time_s: float = DEFAULT_MIN_TIME_S,
         on_result: Callable[[EnergyResult], None] | None = None,
         work: Any = None,
+        rank_group: Callable[[], Any] | None = None,
     ) -> None:
         if not gpus:
             raise MeasurementError("no GPU to measure")
@@ -93,6 +94,10 @@ class EnergyMeter:
         self.last_thread_cpu_s: float | None = None   # CPU the recorders used during that region
         self._open_region: _Region | None = None
         self.one_call_s = math.nan          # measure(): the latest estimate of one call's duration
+        # torch.distributed (``distributed.RankGroup``): found when a region starts, since a test may
+        # initialise its process group after the fixture made the meter; None measures this process alone.
+        self.rank_group = rank_group or (lambda: None)
+        self._group: Any = None
         registry = recorders_of(backend)
         try:
             self.recorders = [registry.of(gpu) for gpu in self.gpus]   # they start learning now
@@ -125,6 +130,7 @@ class EnergyMeter:
     def __enter__(self) -> "EnergyMeter":
         if self._open_region is not None:
             raise MeasurementError("energy_meter regions cannot be nested")
+        self._group = self.rank_group()
         self._open_region = self._start_region(align=False)
         return self
 
@@ -138,6 +144,9 @@ class EnergyMeter:
             return
         if self.work is not None:
             self.backend.declare_work(self.work)
+        if self._group is not None:
+            self.backend.synchronize()
+            self._group.barrier()      # the region ends when the slowest rank's GPU is done
         region.end()
         readings = region.resolve()
         self._note_region(region)
@@ -170,7 +179,8 @@ class EnergyMeter:
         if not (isinstance(target_s, (int, float)) and target_s >= 0):
             raise ValueError(f"min_time_s must be a non-negative number of seconds, got {min_time_s!r}")
         target_s = max(target_s, _MIN_REGION_S)
-        calls = self._warm_up(fn, args, kwargs, warmup, target_s)
+        self._group = self.rank_group()
+        calls = self._agree(self._warm_up(fn, args, kwargs, warmup, target_s))
         finished: list[_Region] = []
         resized = 0
         try:
@@ -186,7 +196,7 @@ class EnergyMeter:
                 region.calls = done
                 self.one_call_s = region.duration / done
                 if calls is None or done > calls:
-                    calls = max(calls or 1, _calls_for(target_s, region.duration / done))
+                    calls = self._agree(max(calls or 1, _calls_for(target_s, region.duration / done)))
                 finished.append(region)
                 if len(finished) == repeat:
                     dropped = self._drop_coarse(finished, resized)
@@ -234,7 +244,10 @@ class EnergyMeter:
             region.resolve()
         if resized >= _MAX_RESIZES:
             return []
-        coarse = [r for r in finished if any(reading.coarse for reading in r.readings)]
+        flags = [any(reading.coarse for reading in r.readings) for r in finished]
+        if self._group is not None:
+            flags = self._group.agree_any(flags)      # every rank measures the same regions again
+        coarse = [r for r, flag in zip(finished, flags) if flag]
         for region in coarse:
             finished.remove(region)
         return coarse
@@ -255,7 +268,7 @@ class EnergyMeter:
                 self._call(fn, args, kwargs)
             done += calls
             self.backend.synchronize()
-            elapsed_s = clock() - region.t0
+            elapsed_s = self._agree(clock() - region.t0)
             if elapsed_s >= at_least_s:
                 break
             calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
@@ -266,7 +279,7 @@ class EnergyMeter:
         """Short calls: go on calling until just after the next publication, in shrinking batches
         (a long batch overshoots when calls slow down), so the region's tail is a call or less."""
         lattice = region.aligned_to
-        if lattice is None or one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
+        if lattice is None or self._group is not None or one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
             return 0
         clock = self.backend.clock
         after = lattice.next_tick_after(clock()) + lattice.error_at(clock()) + _ALIGN_MARGIN_S
@@ -290,7 +303,16 @@ class EnergyMeter:
         self.backend.use(self.gpus)
         if self.compute_bound is not None:
             self.backend.set_workload_profile(self.compute_bound)
+        if self._group is not None:
+            self._group.barrier()      # every rank starts together (no rank's own tick to wait for)
+            align = False
         return _Region(self, align, calls)
+
+    def _agree(self, value: Any) -> Any:
+        """Under torch.distributed the largest value over the ranks, so that every rank decides alike."""
+        if self._group is None or value is None:
+            return value
+        return type(value)(self._group.agree_max(value))
 
     def _note_region(self, region: "_Region") -> None:
         self.last_region = (region.t0, region.t1)
@@ -316,6 +338,9 @@ class EnergyMeter:
                 clock_label=context.clock_label,
                 sm_clock_cap_mhz=context.sm_clock_cap_mhz.get(gpu.uuid),
             ))
+        if self._group is not None:
+            parts = list(self._group.combine(parts))
+            notes = sorted({n for rank_notes in self._group.gather(list(notes)) for n in rank_notes})
         result = EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
         self.results.append(result)
         if self.on_result is not None:

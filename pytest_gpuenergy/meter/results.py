@@ -170,6 +170,8 @@ class GpuResult(_SummaryFigures):
     notes: tuple[str, ...] = ()
     clock_label: str | None = None         # the SM clock cap ("1200MHz", "clk50%"); None: clocks not capped
     sm_clock_cap_mhz: float | None = None  # the locked SM clock's upper end the GPU enforced
+    host: str | None = None          # torch.distributed: the host of the rank that measured this GPU
+    rank: int | None = None          # ...and its global rank (None outside a process group)
 
     @cached_property
     def summary(self) -> Summary:
@@ -185,11 +187,12 @@ class EnergyResult(_SummaryFigures):
 
     @property
     def repetitions(self) -> tuple[Repetition, ...]:
-        """Per repetition, energy summed over the GPUs (the region's time is the same on each)."""
+        """Per repetition, energy summed over the GPUs; the time is the longest GPU's (the same on
+        the GPUs of one process; torch.distributed ranks end a region together, give or take a barrier)."""
         reps = []
         for parts in zip(*(g.repetitions for g in self.per_gpu)):
             ets = sum(p.ets_j for p in parts)
-            time_s = parts[0].time_s
+            time_s = max(p.time_s for p in parts)
             lows, highs = [p.ets_low_j for p in parts], [p.ets_high_j for p in parts]
             reps.append(Repetition(
                 ets_j=ets, time_s=time_s,

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from ..gpu.capping import CapSyntaxError
+from ..errors import CapSyntaxError
 from ..gpu.clocks import ClockCap, ClockSpec, parse_clocks
 from ..errors import CapOutOfRange, GpuEnergyError, LimitRestoreError
 

@@ -30,6 +30,7 @@ from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..meter import DEFAULT_MIN_TIME_S, EnergyMeter
 from ..reports.digest import Skipped, skipped_groups
 from ..reports.terminal import session_lines, tables_for, wrap
+from ..gpu.placement import Placement, check_wanted
 from .session import EnergySession, SessionOptions
 from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
@@ -53,10 +54,11 @@ _MARKERS = (
     "instead of --gpu-caps",
     "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
     "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies",
-    "energy(repeat=None, compute_bound=None, min_time=None, work=None): how to measure this test: calls of the "
-    "test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds",
+    "energy(repeat=None, compute_bound=None, min_time=None, work=None, gpus=1): how to measure this test: calls of "
+    "the test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds, "
+    "GPUs it runs on (a number or 'all')",
 )
-_ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work"}
+_ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
 _MAX_REPEAT = 10_000            # as --energy-repeat
 _MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
 
@@ -202,7 +204,12 @@ def pytest_configure(config: pytest.Config) -> None:
     options = _parse_settings(config)
     gate_options = _gate_options(config)
     _share_the_simulators_seed(config)
-    session = EnergySession(options)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    try:
+        placement = Placement.from_environment(worker_id=worker)
+    except GpuEnergyError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    session = EnergySession(options, placement)
     try:
         session.start(repair=not hasattr(config, "workerinput"))
     except GpuEnergyError as exc:
@@ -214,7 +221,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for message in session.repairs:
         config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)
     config.stash[SESSION_KEY] = session
-    if not hasattr(config, "workerinput"):   # only the controller saves, compares and reports
+    if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
         gate = EnergyGate(gate_options)
         if session.backend is not None:
             try:
@@ -379,6 +386,8 @@ def _energy_settings(item: pytest.Item) -> dict:
         raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {_MAX_MIN_TIME_S:g}), got {shown(min_time)}")
     if settings.get("work") is not None:
         settings["work"] = _declared_work(settings["work"])
+    if "gpus" in settings:
+        settings["gpus"] = check_wanted(settings["gpus"])
     return settings
 
 
@@ -399,9 +408,12 @@ def _declared_work(work: Any) -> GpuWork:
 
 @pytest.fixture
 def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Holds the selected GPUs for the whole test (see ``EnergySession.lease``)."""
+    """Holds the test's GPUs for the whole test: one, or ``energy(gpus=N)`` (see ``EnergySession.lease``)."""
     session = request.config.stash[SESSION_KEY]
-    lease = session.lease()
+    wanted = request.node.stash.get(_SETTINGS_KEY, {}).get("gpus", 1)
+    if session.backend is not None and wanted != "all" and wanted > len(session.gpus):
+        pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpus, CUDA_VISIBLE_DEVICES)")
+    lease = session.lease(wanted)
     try:
         lease.__enter__()
     except GpuEnergyError as exc:
@@ -511,6 +523,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()
         return
+    if not energy.placement.reports:      # torchrun: every rank holds the total; rank 0 saves it
+        return
     gate = config.stash.get(_GATE_KEY, None)
     if gate is None or energy.backend is None:
         return
@@ -570,7 +584,7 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The comparison when there is one (it holds the results), else the results; both fit the width."""
     session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.cases:
+    if session is None or not session.cases or not session.placement.reports:
         return
     terminalreporter.section("gpu energy")
     width = config.get_terminal_writer().fullwidth

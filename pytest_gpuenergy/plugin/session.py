@@ -26,6 +26,8 @@ from ..gpu.locks import DEFAULT_TIMEOUT_S, holding, lock_paths
 from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from ..meter.results import EnergyResult, GpuResult
 from ..runs.storage import CaseEntry
+from ..meter.distributed import current_group
+from ..gpu.placement import Placement, pin_current_device, pin_worker
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,12 @@ class CaseRecord:
 
 
 class EnergySession:
-    def __init__(self, options: SessionOptions) -> None:
+    def __init__(self, options: SessionOptions, placement: Placement | None = None) -> None:
         self.options = options
+        self.placement = placement or Placement.from_environment()
         self.backend: Backend | None = None
-        self.gpus: list[Gpu] = []
+        self.gpus: list[Gpu] = []          # the pool (--gpus); a test holds some of them (``held``)
+        self.held: list[Gpu] = []          # the GPUs of the test that runs now (see ``lease``)
         self.limits: dict[str, PowerLimits] = {}
         self.journal: Journal | None = None
         self.cases: dict[str, CaseRecord] = {}
@@ -97,6 +101,9 @@ class EnergySession:
     def _start(self, repair: bool) -> None:
         self.backend = open_backend(self.options.backend)
         self.gpus = self.backend.select(self.options.gpus)
+        self.placement.check(self.gpus)
+        if not self.backend.simulated:      # the simulator runs no CUDA: backend.use routes its work
+            pin_worker(self.gpus, self.placement)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
         self.journal = journal_for(self.backend)
         self.clock_journal = clock_journal_for(self.backend)
@@ -172,6 +179,7 @@ class EnergySession:
                 f"  GPU {gpu.index}: {gpu.name}, limit {limits.current_mw / 1000:g} W "
                 f"(default {limits.default_mw / 1000:g} W, range {limits.range_text()}), {method}"
             )
+        lines.append(self._placement_line())
         caps = ", ".join(c.label for c in self.options.caps)
         lines.append(f"  caps: {caps}" if caps else "  caps: none given, tests run at the current limit")
         if self.options.clocks:
@@ -179,22 +187,45 @@ class EnergySession:
         lines.extend(f"  repaired: {message}" for message in self.repairs)
         return lines
 
+    def _placement_line(self) -> str:
+        own = self.placement.own_gpu(self.gpus)
+        where = {
+            "single": f"GPU {own.index}; a pytest-xdist worker gwN takes the N-th selected GPU, round robin",
+            "xdist": f"GPU {own.index} ({self.placement.label})",
+            "torchrun": f"GPU {own.index} ({self.placement.label}); results are the total over the ranks",
+        }[self.placement.kind]
+        return f"  GPUs per test: 1 ({where}); more with @pytest.mark.energy(gpus=N or \"all\")"
+
     @contextlib.contextmanager
-    def lease(self) -> Iterator[None]:
-        """Hold the selected GPUs for one test: no other test, in any process, caps or measures
-        them meanwhile (so caps never clash and energy is never attributed to the wrong test)."""
+    def lease(self, wanted: int | str = 1) -> Iterator[list[Gpu]]:
+        """Hold the test's GPUs for one test (``wanted``: a count or "all", see ``placement``): no
+        other test, in any process, caps or measures them meanwhile (caps never clash and energy is
+        never attributed to the wrong test), and only those: tests on other GPUs run side by side."""
         backend = self._require_backend()
-        with holding(lock_paths(backend.lock_folder, [g.uuid for g in self.gpus]), timeout_s=self.options.lock_timeout_s):
-            backend.use(self.gpus)
+        held = self.placement.gpus_for(self.gpus, wanted)
+        with holding(lock_paths(backend.lock_folder, [g.uuid for g in held]), timeout_s=self.options.lock_timeout_s):
+            backend.use(held)
+            if not backend.simulated:
+                pin_current_device(held, backend.all_gpus)
+            self.held = held
             try:
-                yield
+                yield held
             finally:
+                self.held = []
                 backend.use([])
+
+    def test_gpus(self) -> list[Gpu]:
+        """The GPUs the running test holds (outside a lease: this process's own GPU)."""
+        return list(self.held) if self.held else [self.placement.own_gpu(self._require_gpus())]
+
+    def _require_gpus(self) -> list[Gpu]:
+        self._require_backend()
+        return self.gpus
 
     def capper(self) -> PowerCapper:
         backend = self._require_backend()
         assert self.journal is not None
-        capper = PowerCapper(self.gpus, self.journal, backend.lock_folder)
+        capper = PowerCapper(self.test_gpus(), self.journal, backend.lock_folder)
         self._cappers.append(capper)
         return capper
 
@@ -239,12 +270,13 @@ class EnergySession:
         backend = self._require_backend()
         return EnergyMeter(
             backend,
-            self.gpus,
+            self.test_gpus(),
             cap_context=self.cap_context,
             compute_bound=compute_bound,
             min_time_s=self.options.min_time_s if min_time_s is None else min_time_s,
             on_result=lambda result: self.record(test_id, result),
             work=work,
+            rank_group=current_group,
         )
 
     def begin_call(self, test_id: str) -> None:
@@ -260,7 +292,7 @@ class EnergySession:
     def export_cases(self) -> str:
         """The cases as JSON, for a pytest-xdist worker to hand to the controller."""
         return json.dumps([
-            [case_id, [CaseEntry.from_gpu_result(case_id, gpu).to_json() for gpu in record.merged.per_gpu]]
+            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot).to_json() for slot, gpu in enumerate(record.merged.per_gpu)]]
             for case_id, record in self.cases.items()
         ])
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..gate.verdicts import CHANGED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, REGRESSION, UNCHANGED, UNDEFINED
-from ..gate.records import COMPARED, MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
+from ..gate.records import MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
 from ..metrics import METRIC_LABELS, METRIC_UNITS
 from ..runs.storage import RunDocument, model_label
 from ..gate.verdicts import interval_text, pct_text

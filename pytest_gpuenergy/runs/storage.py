@@ -70,7 +70,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..errors import GpuEnergyError, JsonInputError, StorageError
+from ..errors import JsonInputError, StorageError
 from ..fileio import atomic_write_json
 from ..meter.results import EnergyResult, GpuResult, Repetition, Summary
 from .validation import figure_problem, parse_json, shown
@@ -109,11 +109,18 @@ class CaseEntry:
     notes: tuple[str, ...] = ()
     clock_cap: str | None = None             # the SM clock cap's label; absent from a document without one
     sm_clock_cap_mhz: float | None = None    # the locked SM clock's upper end
+    gpu_slot: int = 0              # the GPU's place among the case's GPUs (0 for a one-GPU test; a rank's order)
+    host: str | None = None        # torch.distributed: the host and global rank that measured this GPU
+    rank: int | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
-        """What identifies the case across runs: case id, cap label, GPU index."""
-        return (self.case_id, self.cap, self.gpu_index)
+        """What identifies the case across runs: case id, cap label, and the GPU's place in the case.
+
+        Not the GPU's index: a pytest-xdist worker takes whichever GPU is its own, so one test runs
+        on GPU 3 today and GPU 0 tomorrow, and ranks on two hosts both have a GPU 0.
+        """
+        return (self.case_id, self.cap, self.gpu_slot)
 
     @property
     def summary(self) -> Summary:
@@ -124,7 +131,7 @@ class CaseEntry:
         return [float(getattr(rep, field_name)) for rep in self.repetitions]
 
     @classmethod
-    def from_gpu_result(cls, case_id: str, gpu: GpuResult) -> "CaseEntry":
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0) -> "CaseEntry":
         return cls(
             case_id=case_id,
             test=node_id_of(case_id),
@@ -143,6 +150,9 @@ class CaseEntry:
             notes=tuple(gpu.notes),
             clock_cap=gpu.clock_label,
             sm_clock_cap_mhz=gpu.sm_clock_cap_mhz,
+            gpu_slot=slot,
+            host=gpu.host,
+            rank=gpu.rank,
         )
 
     def to_gpu_result(self) -> GpuResult:
@@ -152,6 +162,7 @@ class CaseEntry:
             limit_requested_w=self.limit_requested_w, limit_enforced_w=self.limit_enforced_w,
             default_limit_w=self.default_limit_w, repetitions=self.repetitions, notes=self.notes,
             clock_label=self.clock_cap, sm_clock_cap_mhz=self.sm_clock_cap_mhz,
+            host=self.host, rank=self.rank,
         )
 
     @classmethod
@@ -180,6 +191,9 @@ class CaseEntry:
             "summary": {k: _finite(v) for k, v in asdict(self.summary).items()},
             "notes": list(self.notes),
             **clock,
+            "gpu_slot": self.gpu_slot,
+            "host": self.host,
+            "rank": self.rank,
         }
 
 
@@ -197,6 +211,7 @@ class RunDocument:
     options: dict[str, Any]
     cases: tuple[CaseEntry, ...]
     path: Path | None = field(default=None, compare=False)   # where it was loaded from or saved to
+    sources: tuple[str, ...] = field(default=(), compare=False)  # runs merged into this one (``shards.merge_runs``)
 
     @property
     def origin(self) -> str:
@@ -280,10 +295,10 @@ def build_documents(
     for case_id, result in cases:
         if not isinstance(case_id, str) or not case_id:
             raise ValueError(f"build_documents: case id {case_id!r} must be a non-empty string (a pytest node id)")
-        for gpu in result.per_gpu:
+        for slot, gpu in enumerate(result.per_gpu):
             if not gpu.repetitions:
                 raise ValueError(f"build_documents: case {case_id!r} has no repetition on GPU {gpu.gpu_index}")
-            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(CaseEntry.from_gpu_result(case_id, gpu))
+            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(CaseEntry.from_gpu_result(case_id, gpu, slot))
     documents = []
     for (backend, model), entries in groups.items():
         documents.append(RunDocument(
@@ -627,7 +642,7 @@ class _DocumentReader:
             machine=self.mapping(data, "machine", "machine"),
             commit=commit,
             options=self.mapping(data, "options", "options"),
-            cases=tuple(self.case(item, f"cases[{i}]") for i, item in enumerate(cases)),
+            cases=_with_slots([self.case(item, f"cases[{i}]") for i, item in enumerate(cases)], cases),
         )
 
     def case(self, data: Any, where: str) -> CaseEntry:
@@ -647,6 +662,13 @@ class _DocumentReader:
         clock_cap = data.get("clock_cap")
         if clock_cap is not None and (not isinstance(clock_cap, str) or not clock_cap):
             raise self.fail(f"{where}.clock_cap", f"must be a non-empty string or absent, got {shown(clock_cap)}")
+        slot, rank, host = data.get("gpu_slot", 0), data.get("rank"), data.get("host")
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < 1 << 20:
+            raise self.fail(f"{where}.gpu_slot", f"must be a whole number >= 0, got {shown(slot)}")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31):
+            raise self.fail(f"{where}.rank", f"must be a whole number >= 0 or null, got {shown(rank)}")
+        if host is not None and not isinstance(host, str):
+            raise self.fail(f"{where}.host", f"must be a string or null, got {shown(host)}")
         return CaseEntry(
             case_id=case_id,
             test=data.get("test") if isinstance(data.get("test"), str) else node_id_of(case_id),
@@ -665,6 +687,7 @@ class _DocumentReader:
             notes=tuple(str(n) for n in notes),
             clock_cap=clock_cap,
             sm_clock_cap_mhz=self.number(data, "sm_clock_cap_mhz", where, optional=True),
+            gpu_slot=slot, host=host, rank=rank,
         )
 
     def repetition(self, data: Any, where: str) -> Repetition:
@@ -723,6 +746,19 @@ class _DocumentReader:
         if not isinstance(value, list):
             raise self.fail(_at(where, key), "must be a list")
         return value
+
+
+def _with_slots(entries: list[CaseEntry], raw: list) -> tuple[CaseEntry, ...]:
+    """Documents written before ``gpu_slot`` existed: a case's GPUs get their places in file order."""
+    if all(isinstance(item, dict) and "gpu_slot" in item for item in raw):
+        return tuple(entries)
+    seen: dict[tuple[str, str], int] = {}
+    placed = []
+    for entry in entries:
+        slot = seen.get((entry.case_id, entry.cap), 0)
+        seen[(entry.case_id, entry.cap)] = slot + 1
+        placed.append(replace(entry, gpu_slot=slot))
+    return tuple(placed)
 
 
 def _at(where: str, key: str) -> str:
