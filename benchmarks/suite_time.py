@@ -75,7 +75,7 @@ def torch_import_s(rounds: int) -> float:
 
 def run_main_job(storage: Path) -> tuple[float, list[Any]]:
     """Run A; returns its wall time and the saved run's cases."""
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     command = [sys.executable, "-m", "pytest", "reference_workloads", f"--gpu-caps={CAPS}", "-q",
                "-p", "no:cacheprovider", "--energy-save", f"--energy-storage={storage}"]

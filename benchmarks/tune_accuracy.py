@@ -50,7 +50,7 @@ def grid_w(model: str) -> list[float]:
 def sweep(model: str, folder: Path, select: list[str], repeat: int) -> dict[str, dict[float, dict[str, float]]]:
     """Every workload at every cap of the grid: {workload: {cap W: {"ets_j", "edp_js"}}}."""
     from pytest_gpuenergy.reports.sweep import workload_key
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     store = folder / "sweep"
     caps = ",".join(f"{w:g}" for w in grid_w(model))

@@ -34,7 +34,7 @@ MODES = (("one process", []), ("-n 1", ["-n", "1"]), ("-n 4", ["-n", "4"]))
 
 def run_suite(extra: list[str], caps: str, storage: Path) -> dict[str, Any]:
     """One run of ``pytest reference_workloads``; its wall time and where its cases ran."""
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     command = [sys.executable, "-m", "pytest", "reference_workloads", f"--gpu-caps={caps}", "-q",
                "-p", "no:cacheprovider", "--energy-save", f"--energy-storage={storage}", *extra]

@@ -15,7 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from pytest_gpuenergy.meter.results import EnergyResult, GpuResult, Repetition
-from pytest_gpuenergy.runs.storage import RunDocument, build_documents
+from pytest_gpuenergy.runs.records import RunDocument
+from pytest_gpuenergy.runs.store import build_documents
 
 H100 = "NVIDIA H100 80GB HBM3 (simulated)"
 V100 = "Tesla V100-SXM2-32GB (simulated)"

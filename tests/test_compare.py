@@ -28,7 +28,7 @@ from pytest_gpuenergy.gate.settings import check_confidence, parse_thresholds
 from pytest_gpuenergy.gate.decide import decide
 from pytest_gpuenergy.gate.student_t import student_t_cdf, student_t_ppf
 from pytest_gpuenergy.gate.verdicts import Evidence, classify, interval_text, pct_text
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"

@@ -11,7 +11,7 @@ import pytest
 
 from energy_factories import H100_REAL, V100, make_doc
 from pytest_gpuenergy.cli import compare as compare_cli
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
 

@@ -38,7 +38,7 @@ def main_job(tmp_path: Path, *args: str, seed: int | None = None, plugin: str | 
 
 
 def saved_figures(storage: Path) -> dict[str, list[tuple[float, float]]]:
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     (document,) = RunStore(storage).runs()
     return {case.case_id: [(rep.ets_j, rep.time_s) for rep in case.repetitions] for case in document.cases}

@@ -263,7 +263,7 @@ MEASURED = spin_source() + textwrap.dedent(
 
 
 def test_concurrent_saves_keep_both_runs(pytester, sim_state):
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
     runs = [start_pytest(pytester, "--energy-save") for _ in range(2)]
@@ -274,7 +274,7 @@ def test_concurrent_saves_keep_both_runs(pytester, sim_state):
 
 
 def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
-    from pytest_gpuenergy.runs.storage import RunStore
+    from pytest_gpuenergy.runs.store import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
     pytester.runpytest_subprocess("--energy-save").assert_outcomes(passed=1)

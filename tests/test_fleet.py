@@ -27,7 +27,7 @@ from pytest_gpuenergy.fleet.plan import (
 )
 from pytest_gpuenergy.fleet.report import apply_gate, collect, fleet_html, fleet_json, fleet_markdown
 from pytest_gpuenergy.fleet.task import pytest_command, run_suite, task_env
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 H100_NODE = {"NodeID": "a" * 56, "Alive": True, "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "gpu-01",
              "Resources": {"CPU": 64.0, "GPU": 8.0, "accelerator_type:H100": 1.0}}

@@ -22,7 +22,7 @@ import pytest
 import ray
 
 from pytest_gpuenergy.fleet.plan import LocalCluster
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 SUITE = textwrap.dedent(
     """

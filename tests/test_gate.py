@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from conftest import run_cli
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 
 def suite(work_s: float) -> str:

@@ -22,7 +22,7 @@ from pytest_gpuenergy.reports.markdown import markdown_report
 from pytest_gpuenergy.reports.numbers import cap_sort_key, column_cells, short_names, si
 from pytest_gpuenergy.reports.sweep import sweeps, workload_key
 from pytest_gpuenergy.reports.terminal import comparison_lines, run_lines
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"

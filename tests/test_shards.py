@@ -15,7 +15,7 @@ from pytest_gpuenergy import fileio
 from pytest_gpuenergy.cli import compare as compare_cli
 from pytest_gpuenergy.gate.compare import baseline_comparison
 from pytest_gpuenergy.runs.shards import by_commit, case_baseline, merge_runs
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 from pytest_gpuenergy.errors import StorageError
 
 A = ("alexnet-train", "vgg-infer")          # shard A's workloads

@@ -23,7 +23,7 @@ from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.errors import UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_text
 from pytest_gpuenergy.gpu.journal import journal_for
-from pytest_gpuenergy.runs.storage import RunStore
+from pytest_gpuenergy.runs.store import RunStore
 
 
 def limit_w() -> float:

@@ -16,20 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energy_factories import H100, T0, V100, gpu_result, machine, make_doc, sweep_cases
-from pytest_gpuenergy.runs import storage
+from pytest_gpuenergy.runs import store as storage
 from pytest_gpuenergy.meter.results import EnergyResult, Repetition
-from pytest_gpuenergy.runs.storage import (
-    FORMAT,
-    VERSION,
-    RunDocument,
-    RunStore,
-    build_documents,
-    collect_commit_info,
-    file_stem,
-    load_document,
-    node_id_of,
-    slug,
-)
+from pytest_gpuenergy.runs.records import FORMAT, VERSION, RunDocument, node_id_of
+from pytest_gpuenergy.runs.store import RunStore, build_documents, file_stem, slug
+from pytest_gpuenergy.runs.provenance import collect_commit_info
+from pytest_gpuenergy.runs.reader import load_document
 from pytest_gpuenergy.errors import StorageError
 
 COMMIT = {"id": "0123456789abcdef0123456789abcdef01234567", "branch": "main", "dirty": False}
@@ -348,7 +340,7 @@ def test_machine_info_describes_the_gpus_without_importing_torch():
         "import sys, json\n"
         "sys.path.insert(0, %r)\n"
         "from test_storage import _FakeBackend, _FakeGpu\n"
-        "from pytest_gpuenergy.runs.storage import collect_machine_info\n"
+        "from pytest_gpuenergy.runs.provenance import collect_machine_info\n"
         "info = collect_machine_info(_FakeBackend(), [_FakeGpu(0), _FakeGpu(1)])\n"
         "print(json.dumps({'info': info, 'torch_imported': 'torch' in sys.modules}))\n"
     ) % str(Path(__file__).parent)

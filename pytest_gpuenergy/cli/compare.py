@@ -22,7 +22,8 @@ from ..reports.html import html_report
 from ..reports.json_report import json_report
 from ..reports.markdown import markdown_report
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
-from ..runs.storage import DEFAULT_STORAGE, LATEST, RunDocument, RunStore, commit_text
+from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore
+from ..runs.records import RunDocument, commit_text
 from ..errors import SettingError, StorageError
 from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
 

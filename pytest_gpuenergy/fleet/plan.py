@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..sim.models import parse_model_list
-from ..runs.storage import DEFAULT_STORAGE, LATEST
+from ..runs.store import DEFAULT_STORAGE, LATEST
 
 ACCELERATOR_PREFIX = "accelerator_type:"
 GPU_COUNT_PREFIX = "gpuenergy_gpus:"     # GPUs of one model on a node that has several (a fake local cluster)

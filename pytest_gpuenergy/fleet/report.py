@@ -31,7 +31,8 @@ from ..reports.html import html_report
 from ..reports.json_report import report_data
 from ..reports.markdown import markdown_report
 from ..reports.terminal import run_lines, tables_for, wrap
-from ..runs.storage import RunDocument, RunStore
+from ..runs.records import RunDocument
+from ..runs.store import RunStore
 from ..errors import StorageError
 from ..errors import JsonInputError
 from ..runs.validation import parse_json

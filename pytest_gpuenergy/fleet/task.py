@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 
 from ..fileio import user_state_dir
 from ..sim.state import MODELS_ENV, STATE_ENV
-from ..runs.storage import slug
+from ..runs.store import slug
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
 from .progress import PROGRESS_ENV, read_progress
 

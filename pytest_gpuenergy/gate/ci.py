@@ -20,7 +20,8 @@ from ..reports.html import html_report
 from ..reports.json_report import json_report
 from ..reports.markdown import markdown_report
 from ..meter.results import EnergyResult
-from ..runs.storage import LATEST, RunDocument, RunStore, build_documents
+from ..runs.store import LATEST, RunStore, build_documents
+from ..runs.records import RunDocument
 from ..errors import StorageError
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

@@ -8,7 +8,8 @@ from typing import Mapping, Sequence
 
 from ..metrics import METRIC_FIELDS, METRICS
 from ..runs.shards import case_baseline
-from ..runs.storage import LATEST, CaseEntry, RunDocument, RunStore
+from ..runs.store import LATEST, RunStore
+from ..runs.records import CaseEntry, RunDocument
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, check_confidence, check_thresholds

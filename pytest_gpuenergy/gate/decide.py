@@ -65,7 +65,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..runs.storage import CaseEntry
+from ..runs.records import CaseEntry
 from ..metrics import METRIC_UNITS, METRICS
 from .records import THRESHOLD_ONLY, MetricChange, SessionNoise, sample_variance
 from .settings import DEFAULT_CONFIDENCE

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from ..metrics import METRIC_LABELS
-from ..runs.storage import CaseEntry, RunDocument, commit_text, model_label
+from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
 from .settings import DEFAULT_CONFIDENCE
 from .verdicts import (
     CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, UNDEFINED,

@@ -34,7 +34,8 @@ from ..gpu.placement import Placement, check_wanted
 from .session import EnergySession, SessionOptions
 from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
-from ..runs.storage import DEFAULT_STORAGE, LATEST, collect_commit_info, collect_machine_info
+from ..runs.store import DEFAULT_STORAGE, LATEST
+from ..runs.provenance import collect_commit_info, collect_machine_info
 from ..runs.validation import bounded_number, shown
 
 SESSION_KEY = pytest.StashKey[EnergySession]()

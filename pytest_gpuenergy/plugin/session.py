@@ -25,7 +25,7 @@ from ..gpu.journal import Journal, journal_for
 from ..gpu.locks import DEFAULT_TIMEOUT_S, holding, lock_paths
 from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from ..meter.results import EnergyResult, GpuResult
-from ..runs.storage import CaseEntry
+from ..runs.records import CaseEntry
 from ..meter.distributed import current_group
 from ..gpu.placement import Placement, pin_current_device, pin_worker
 

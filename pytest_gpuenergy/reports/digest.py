@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from ..gate.verdicts import CHANGED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, REGRESSION, UNCHANGED, UNDEFINED
 from ..gate.records import MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
 from ..metrics import METRIC_LABELS, METRIC_UNITS
-from ..runs.storage import RunDocument, model_label
+from ..runs.records import RunDocument, model_label
 from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key, column_cells, short_names, si
 from .sweep import workload_key

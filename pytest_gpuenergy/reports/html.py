@@ -17,7 +17,8 @@ from html import escape
 from typing import Sequence
 
 from ..gate.records import Comparison
-from ..runs.storage import RunDocument, model_label, slug
+from ..runs.records import RunDocument, model_label
+from ..runs.store import slug
 from .digest import (
     CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows,
     skipped_caps, skipped_groups, title_text,

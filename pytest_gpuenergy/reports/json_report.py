@@ -19,7 +19,7 @@ import math
 from typing import Any, Sequence
 
 from ..gate.records import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
-from ..runs.storage import RunDocument
+from ..runs.records import RunDocument
 from .digest import digest, skipped_caps
 from .sweep import OPTIMISED, optimum_data, sweeps, workload_key
 

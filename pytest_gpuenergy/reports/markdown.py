@@ -15,7 +15,7 @@ from html import escape
 from typing import Sequence
 
 from ..gate.records import Comparison, RunInfo
-from ..runs.storage import RunDocument, commit_text, model_label
+from ..runs.records import RunDocument, commit_text, model_label
 from .digest import (
     CHANGE_COLUMNS, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows, skipped_caps,
     skipped_groups, title_text,

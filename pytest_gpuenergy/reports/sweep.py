@@ -29,7 +29,7 @@ from ..gate.settings import DEFAULT_CONFIDENCE
 from ..gate.verdicts import IMPROVEMENT, REGRESSION
 from ..gate.records import THRESHOLD_ONLY, MetricChange
 from ..gate.decide import decide
-from ..runs.storage import CaseEntry, RunDocument
+from ..runs.records import CaseEntry, RunDocument
 from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key
 from ..metrics import METRIC_FIELDS

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..gate.records import Comparison
-from ..runs.storage import CaseEntry, RunDocument
+from ..runs.records import CaseEntry, RunDocument
 from .digest import (
     CHANGE_COLUMNS, SIM_FOOTNOTE, SIM_MARK, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
     title_text,

@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Sequence
 
-from .storage import CaseEntry, RunDocument, RunStore
+from .records import CaseEntry, RunDocument
+from .store import RunStore
 from ..errors import StorageError
 
 COMMIT_PREFIX = "commit:"

@@ -28,7 +28,8 @@ from ..gpu.device import Backend, Gpu
 from ..errors import GpuEnergyError
 from ..reports.sweep import workload_key
 from ..sim.nvml import SEED_ENV
-from ..runs.storage import CaseEntry, RunDocument, RunStore
+from ..runs.records import CaseEntry, RunDocument
+from ..runs.store import RunStore
 from .search import Found, best_setting, first_settings, next_setting
 
 KNOBS = ("power", "clock")

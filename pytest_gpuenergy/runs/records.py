@@ -1,0 +1,303 @@
+"""Run documents: a session's results as versioned JSON files, kept per backend and GPU model.
+
+A team commits the storage folder (``.energy/`` by default) to its repository; the newest
+document for a GPU model is the baseline the next run is compared with. Baselines outlive the
+job that wrote them, so every write is atomic (``fileio.atomic_write_json``), nothing is
+overwritten unless asked, and a file this module cannot read is reported by name and left
+exactly as it is: a corrupt baseline must be looked at by a person, not silently replaced.
+
+Layout::
+
+    <storage>/<backend>/<gpu-model-slug>/<run_id>.json
+
+``backend`` is ``nvml`` or ``sim``; the slug is the GPU model name in lower-case ASCII with
+dashes (``nvidia-h100-80gb-hbm3``). A session that measured two GPU models writes two documents.
+
+Format (``"format": "pytest-gpuenergy-run"``, ``"version": 2``; the full description with an
+example is ``docs/run-format.md``)::
+
+    {
+      "format": "pytest-gpuenergy-run",   # any other value: not ours, refused
+      "version": 2,                       # integer; a newer one is refused (upgrade the plugin); 1 is read
+      "run_id": "20250301T101500Z-1a2b3c4d",   # UTC time of the run + random; unique
+      "created_at": "2025-03-01T10:15:00+00:00",
+      "backend": "nvml" | "sim",
+      "simulated": false,                 # true: figures come from the GPU simulator
+      "gpu_model": "NVIDIA H100 80GB HBM3",
+      "machine": {"host", "platform", "python", "backend", "simulated", "driver",
+                  "cuda_driver", "cuda", "torch", "pytest_gpuenergy",
+                  "gpus": [{"index", "name", "uuid", "default_limit_w", "min_limit_w",
+                            "max_limit_w"}]},
+      "commit": {"id", "branch", "dirty"} | null,
+      "options": {...},                   # the session's options (caps, repeat, ...)
+      "cases": [{
+          "case_id": "tests/test_x.py::test_train[150W]#2",   # "#n": n-th measured region
+          "test": "tests/test_x.py::test_train[150W]",
+          "cap": "150W",  "gpu_index": 0, "gpu_name": ..., "gpu_uuid": ...,
+          "backend": "nvml", "simulated": false,
+          "method": "counter" | "sampling", "power_source": null | "instant" | "usage",
+          "limit_requested_w": 150.0 | null, "limit_enforced_w": 150.0, "default_limit_w": 700.0,
+          "repetitions": [{"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
+                           "calls", "ets_low_j", "ets_high_j"}],   # per call; the bound holds the true ETS
+                                                                    # (absent in version 1)
+          "summary": {"n", "ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
+                      "ets_std_j", "ets_cv", "ets_min_j", "ets_max_j"},
+          "notes": ["..."]
+      }]
+    }
+
+Units are in the names (J, s, J s, W). Numbers that are undefined (a mean power over a zero
+duration) are written as ``null``. ``summary`` is written for readers of the file; on loading
+it is recomputed from ``repetitions``, which are the data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..meter.results import GpuResult, Repetition, Summary
+
+FORMAT = "pytest-gpuenergy-run"
+VERSION = 2   # 2: repetitions carry the bound of their ETS (ets_low_j, ets_high_j); 1 is still read
+
+_REGION_SUFFIX = re.compile(r"(.+)#(\d+)")
+
+
+# -- records -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CaseEntry:
+    """One GPU's figures for one case (one measured region of one test at one cap)."""
+
+    case_id: str
+    test: str
+    cap: str
+    gpu_index: int
+    gpu_name: str
+    gpu_uuid: str
+    backend: str
+    simulated: bool
+    method: str
+    power_source: str | None
+    limit_requested_w: float | None
+    limit_enforced_w: float
+    default_limit_w: float
+    repetitions: tuple[Repetition, ...]
+    notes: tuple[str, ...] = ()
+    clock_cap: str | None = None             # the SM clock cap's label; absent from a document without one
+    sm_clock_cap_mhz: float | None = None    # the locked SM clock's upper end
+    gpu_slot: int = 0              # the GPU's place among the case's GPUs (0 for a one-GPU test; a rank's order)
+    host: str | None = None        # torch.distributed: the host and global rank that measured this GPU
+    rank: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What identifies the case across runs: case id, cap label, and the GPU's place in the case.
+
+        Not the GPU's index: a pytest-xdist worker takes whichever GPU is its own, so one test runs
+        on GPU 3 today and GPU 0 tomorrow, and ranks on two hosts both have a GPU 0.
+        """
+        return (self.case_id, self.cap, self.gpu_slot)
+
+    @property
+    def summary(self) -> Summary:
+        return Summary.of(self.repetitions)
+
+    def samples(self, field_name: str) -> list[float]:
+        """Per-repetition values of ``ets_j``, ``time_s`` or ``edp_js``."""
+        return [float(getattr(rep, field_name)) for rep in self.repetitions]
+
+    @classmethod
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0) -> "CaseEntry":
+        return cls(
+            case_id=case_id,
+            test=node_id_of(case_id),
+            cap=gpu.cap_label,
+            gpu_index=gpu.gpu_index,
+            gpu_name=gpu.gpu_name,
+            gpu_uuid=gpu.gpu_uuid,
+            backend=gpu.backend,
+            simulated=gpu.simulated,
+            method=gpu.method,
+            power_source=gpu.power_source,
+            limit_requested_w=gpu.limit_requested_w,
+            limit_enforced_w=gpu.limit_enforced_w,
+            default_limit_w=gpu.default_limit_w,
+            repetitions=tuple(gpu.repetitions),
+            notes=tuple(gpu.notes),
+            clock_cap=gpu.clock_label,
+            sm_clock_cap_mhz=gpu.sm_clock_cap_mhz,
+            gpu_slot=slot,
+            host=gpu.host,
+            rank=gpu.rank,
+        )
+
+    def to_gpu_result(self) -> GpuResult:
+        return GpuResult(
+            gpu_index=self.gpu_index, gpu_name=self.gpu_name, gpu_uuid=self.gpu_uuid, backend=self.backend,
+            simulated=self.simulated, method=self.method, power_source=self.power_source, cap_label=self.cap,
+            limit_requested_w=self.limit_requested_w, limit_enforced_w=self.limit_enforced_w,
+            default_limit_w=self.default_limit_w, repetitions=self.repetitions, notes=self.notes,
+            clock_label=self.clock_cap, sm_clock_cap_mhz=self.sm_clock_cap_mhz,
+            host=self.host, rank=self.rank,
+        )
+
+    @classmethod
+    def from_json(cls, data: Any, source: str) -> "CaseEntry":
+        """Check and read one case as written by ``to_json`` (``source`` is named in errors)."""
+        from .reader import DocumentReader   # reading checks every field; it builds these records
+
+        return DocumentReader(source).case(data, "case")
+
+    def to_json(self) -> dict[str, Any]:
+        clock = {} if self.clock_cap is None else {"clock_cap": self.clock_cap,
+                                                   "sm_clock_cap_mhz": finite_or_none(self.sm_clock_cap_mhz)}
+        return {
+            "case_id": self.case_id,
+            "test": self.test,
+            "cap": self.cap,
+            "gpu_index": self.gpu_index,
+            "gpu_name": self.gpu_name,
+            "gpu_uuid": self.gpu_uuid,
+            "backend": self.backend,
+            "simulated": self.simulated,
+            "method": self.method,
+            "power_source": self.power_source,
+            "limit_requested_w": finite_or_none(self.limit_requested_w),
+            "limit_enforced_w": finite_or_none(self.limit_enforced_w),
+            "default_limit_w": finite_or_none(self.default_limit_w),
+            "repetitions": [repetition_json(rep) for rep in self.repetitions],
+            "summary": {k: finite_or_none(v) for k, v in asdict(self.summary).items()},
+            "notes": list(self.notes),
+            **clock,
+            "gpu_slot": self.gpu_slot,
+            "host": self.host,
+            "rank": self.rank,
+        }
+
+
+@dataclass(frozen=True)
+class RunDocument:
+    """One session's results on one GPU model and backend, as saved and loaded."""
+
+    run_id: str
+    created_at: datetime
+    backend: str
+    simulated: bool
+    gpu_model: str
+    machine: dict[str, Any]
+    commit: dict[str, Any] | None
+    options: dict[str, Any]
+    cases: tuple[CaseEntry, ...]
+    path: Path | None = field(default=None, compare=False)   # where it was loaded from or saved to
+    sources: tuple[str, ...] = field(default=(), compare=False)  # runs merged into this one (``shards.merge_runs``)
+
+    @property
+    def origin(self) -> str:
+        return "simulated" if self.simulated else "measured"
+
+    def describe(self) -> str:
+        """One line for listings: id, date, backend, model, cases, commit."""
+        return (
+            f"{self.run_id}  {self.created_at:%Y-%m-%d %H:%M} UTC  {model_label(self.gpu_model, self.backend, self.simulated)}  "
+            f"{len(self.cases)} cases  {commit_text(self.commit)}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "run_id": self.run_id,
+            "created_at": self.created_at.isoformat(),
+            "backend": self.backend,
+            "simulated": self.simulated,
+            "gpu_model": self.gpu_model,
+            "machine": self.machine,
+            "commit": self.commit,
+            "options": self.options,
+            "cases": [case.to_json() for case in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "run document") -> "RunDocument":
+        """Check and read a parsed document; ``source`` (the file) is named in every error."""
+        from .reader import DocumentReader
+
+        return DocumentReader(source).document(data)
+
+
+def commit_text(commit: dict[str, Any] | None) -> str:
+    """``abc1234 (main, dirty)`` or ``no commit``: how a run's commit reads in listings."""
+    if not commit or not commit.get("id"):
+        return "no commit"
+    parts = [p for p in (commit.get("branch"), "dirty" if commit.get("dirty") else None) if p]
+    return str(commit["id"])[:10] + (f" ({', '.join(parts)})" if parts else "")
+
+
+def with_origin(name: str, simulated: bool) -> str:
+    """A GPU model name that says it is simulated (the simulator's names already do)."""
+    return f"{name} (simulated)" if simulated and "simulated" not in name.lower() else name
+
+
+def model_label(gpu_model: str, backend: str, simulated: bool) -> str:
+    """``NVIDIA H100 80GB HBM3 [nvml]`` / ``... (simulated) [sim]``: a run's model in titles."""
+    return f"{with_origin(gpu_model, simulated)} [{backend}]"
+
+
+def node_id_of(case_id: str) -> str:
+    """The test's node id: the case id without the ``#n`` of a test's n-th measured region."""
+    match = _REGION_SUFFIX.fullmatch(case_id)
+    if match and int(match.group(2)) >= 2:
+        return match.group(1)
+    return case_id
+
+
+# -- small helpers ---------------------------------------------------------------------------------
+
+def repetition_json(rep: Repetition) -> dict[str, Any]:
+    return {
+        "ets_j": finite_or_none(rep.ets_j),
+        "time_s": finite_or_none(rep.time_s),
+        "edp_js": finite_or_none(rep.edp_js),
+        "mean_power_w": finite_or_none(rep.mean_power_w),
+        "peak_power_w": finite_or_none(rep.peak_power_w),
+        "calls": rep.calls,
+        "ets_low_j": finite_or_none(rep.ets_low_j),
+        "ets_high_j": finite_or_none(rep.ets_high_j),
+    }
+
+
+def finite_or_none(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined figure is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def as_utc(moment: datetime) -> datetime:
+    """Times are kept in UTC; a naive time is taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def require_json(name: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"build_documents: {name} must be a dict, got {type(value).__name__}")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"build_documents: {name} cannot be saved as JSON ({exc}); pass only strings, numbers, "
+            f"booleans, None, lists and dicts"
+        ) from None
