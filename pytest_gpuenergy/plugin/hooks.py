@@ -11,30 +11,25 @@ import secrets
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from ..gpu import signals
-from ..gpu.clocks import parse_clocks
 from . import clocks as plugin_clocks
 from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
 from ..gate.budgets import Budget, budget_from_marker
 from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
-from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
-from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning, SettingError
-from ..gate.ci import EnergyGate, GateOptions, GateOutcome, step_summary_path
-from ..gpu.locks import DEFAULT_TIMEOUT_S
-from ..meter import DEFAULT_MIN_TIME_S, EnergyMeter
+from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from ..gate.ci import EnergyGate, GateOutcome
+from ..meter import EnergyMeter
 from ..reports.digest import Skipped, skipped_groups
 from ..reports.terminal import session_lines, tables_for, wrap
 from ..gpu.placement import Placement, check_wanted
-from .session import EnergySession, SessionOptions
+from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, resolve_gate_options, pytest_addoption, setting  # noqa: F401 (the hook)
+from .session import EnergySession
 from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
-from ..runs.store import DEFAULT_STORAGE, LATEST
 from ..runs.provenance import collect_commit_info, collect_machine_info
 from ..runs.validation import bounded_number, shown
 
@@ -60,141 +55,6 @@ _MARKERS = (
     "GPUs it runs on (a number or 'all')",
 )
 _ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
-_MAX_REPEAT = 10_000            # as --energy-repeat
-_MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
-
-
-# -- options -------------------------------------------------------------------------------------
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gpuenergy", "GPU energy testing (pytest-gpuenergy)")
-
-    def add(flag: str, ini: str, help_text: str, ini_type: str | None = None, **kwargs: Any) -> None:
-        group.addoption(flag, dest=ini, default=None, help=help_text, **kwargs)
-        parser.addini(ini, help_text, type=ini_type)
-
-    add("--gpu-backend", "gpu_backend",
-        "GPU access: auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
-        choices=BACKEND_CHOICES)
-    add("--gpu-caps", "gpu_caps",
-        "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
-        "limit (60%,80%), min, max, default. Without it tests run at the current limit")
-    add("--gpu-clocks", "gpu_clocks",
-        "SM clock caps to run every gpu_clock_cap test at: MHz (1200,1600), percent of the GPU's maximum "
-        "SM clock (50%), max. Without it the clocks are left alone")
-    add("--gpus", "gpus",
-        "GPUs to cap and measure: NVML indices or UUIDs as `gpuenergy info` lists them (default: all visible)")
-    add("--energy-min-time", "energy_min_time",
-        f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})")
-    add("--energy-repeat", "energy_repeat",
-        "calls of each measured test per case, for repeated samples (default 1)")
-    add("--energy-lock-timeout", "energy_lock_timeout",
-        f"seconds a test waits for a GPU another test session holds (default {DEFAULT_TIMEOUT_S:g})")
-    add("--energy-storage", "energy_storage",
-        f"folder of saved runs, the baselines (default {DEFAULT_STORAGE} in the rootdir)")
-    group.addoption("--energy-save", dest="energy_save", action="store_const", const=True, default=None,
-                    help="save this run's results as a new run document (the next baseline)")
-    parser.addini("energy_save", "save every run's results (as --energy-save)", type="bool")
-    add("--energy-compare", "energy_compare",
-        "compare with the latest saved run of the same GPU model and backend, or with run REF",
-        nargs="?", const=LATEST, metavar="REF")
-    add("--energy-fail", "energy_fail",
-        "fail the session on a regression beyond these changes, e.g. ets:5%,edp:10%,time:5% "
-        "(implies --energy-compare)")
-    add("--energy-confidence", "energy_confidence",
-        f"confidence that a change is real before it counts as a regression (default {DEFAULT_CONFIDENCE})")
-    add("--energy-markdown", "energy_markdown", "write a Markdown report to this file")
-    add("--energy-html", "energy_html", "write a self-contained HTML report with plots to this file")
-    add("--energy-json", "energy_json", "write a JSON report to this file")
-
-
-def _setting(config: pytest.Config, name: str) -> Any:
-    value = config.getoption(name)
-    if value == "" and name not in ("gpu_caps", "gpu_clocks"):   # --gpu-caps= has its own message
-        raise pytest.UsageError(f"--{name.replace('_', '-')}= needs a value after the '='")
-    if value is None:
-        value = config.getini(name)
-    return value if value not in ("", None, []) else None
-
-
-def _parse_settings(config: pytest.Config) -> SessionOptions:
-    caps_text = _setting(config, "gpu_caps")
-    if config.getoption("gpu_caps") == "":
-        caps_text = ""  # typed as --gpu-caps= with nothing after it: a mistake, not "no caps"
-    try:
-        caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
-    except CapSyntaxError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    clocks_text = "" if config.getoption("gpu_clocks") == "" else _setting(config, "gpu_clocks")
-    try:
-        clocks = tuple(parse_clocks(clocks_text)) if clocks_text is not None else ()
-    except CapSyntaxError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    try:
-        backend = _setting(config, "gpu_backend") or default_backend()
-    except BackendUnavailable as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if backend not in BACKEND_CHOICES:
-        raise pytest.UsageError(f"gpu_backend = {backend!r}: choose from {', '.join(BACKEND_CHOICES)}")
-    return SessionOptions(
-        backend=backend,
-        caps=caps,
-        clocks=clocks,
-        gpus=_setting(config, "gpus"),
-        min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=_MAX_MIN_TIME_S),
-        repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=_MAX_REPEAT),
-        lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
-    )
-
-
-def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float, maximum: float) -> Any:
-    flag = "--" + name.replace("_", "-")
-    text = _setting(config, name)
-    if text is None:
-        return default
-    try:
-        value = kind(str(text).strip())
-    except ValueError:
-        raise pytest.UsageError(f"{flag}={text!r} is not a {'whole ' if kind is int else ''}number") from None
-    if not minimum <= value <= maximum:  # also rejects nan
-        raise pytest.UsageError(f"{flag}={text!r} must lie between {minimum:g} and {maximum:g}")
-    return value
-
-
-def _confidence_setting(config: pytest.Config) -> float:
-    text = _setting(config, "energy_confidence")
-    try:
-        return DEFAULT_CONFIDENCE if text is None else check_confidence(str(text), source="--energy-confidence")
-    except SettingError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def _gate_options(config: pytest.Config) -> GateOptions:
-    fail = _setting(config, "energy_fail")
-    try:
-        thresholds = parse_thresholds(fail) if fail is not None else {}
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    compare = _setting(config, "energy_compare")
-    if fail is not None and compare is None:
-        compare = LATEST
-    storage = Path(_setting(config, "energy_storage") or DEFAULT_STORAGE)
-
-    def report(name: str) -> Path | None:
-        value = _setting(config, name)
-        return Path(value) if value else None
-
-    return GateOptions(
-        storage=storage if storage.is_absolute() else config.rootpath / storage,
-        save=bool(_setting(config, "energy_save")),
-        compare=compare,
-        thresholds=thresholds,
-        confidence=_confidence_setting(config),
-        markdown=report("energy_markdown"),
-        html=report("energy_html"),
-        json=report("energy_json"),
-        step_summary=step_summary_path(),
-    )
 
 
 # -- lifetime --------------------------------------------------------------------------------------
@@ -202,8 +62,8 @@ def _gate_options(config: pytest.Config) -> GateOptions:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in _MARKERS:
         config.addinivalue_line("markers", marker)
-    options = _parse_settings(config)
-    gate_options = _gate_options(config)
+    options = parse_settings(config)
+    gate_options = resolve_gate_options(config)
     _share_the_simulators_seed(config)
     worker = getattr(config, "workerinput", {}).get("workerid")
     try:
@@ -214,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         session.start(repair=not hasattr(config, "workerinput"))
     except GpuEnergyError as exc:
-        if _setting(config, "gpu_backend") or options.caps or options.clocks or options.gpus:
+        if setting(config, "gpu_backend") or options.caps or options.clocks or options.gpus:
             raise pytest.UsageError(str(exc)) from None
         # Installed but not asked for anything (a default from GPUENERGY_BACKEND is no request
         # of this session): only tests that use the fixtures fail.
@@ -377,14 +237,14 @@ def _energy_settings(item: pytest.Item) -> dict:
         raise ValueError(f"energy got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ENERGY_KEYS))}")
     settings = dict(marker.kwargs)
     repeat = settings.get("repeat")
-    if repeat is not None and (not isinstance(repeat, int) or bounded_number(repeat, low=1, high=_MAX_REPEAT) is None):
-        raise ValueError(f"energy(repeat=) must be a whole number >= 1 (at most {_MAX_REPEAT}), got {shown(repeat)}")
+    if repeat is not None and (not isinstance(repeat, int) or bounded_number(repeat, low=1, high=MAX_REPEAT) is None):
+        raise ValueError(f"energy(repeat=) must be a whole number >= 1 (at most {MAX_REPEAT}), got {shown(repeat)}")
     bound = settings.get("compute_bound")
     if bound is not None and bounded_number(bound, low=0, high=1) is None:
         raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {shown(bound)}")
     min_time = settings.get("min_time")
-    if min_time is not None and bounded_number(min_time, low=0, high=_MAX_MIN_TIME_S) is None:
-        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {_MAX_MIN_TIME_S:g}), got {shown(min_time)}")
+    if min_time is not None and bounded_number(min_time, low=0, high=MAX_MIN_TIME_S) is None:
+        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {MAX_MIN_TIME_S:g}), got {shown(min_time)}")
     if settings.get("work") is not None:
         settings["work"] = _declared_work(settings["work"])
     if "gpus" in settings:
