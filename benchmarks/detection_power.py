@@ -52,19 +52,20 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 
+from pytest_gpuenergy.gate.decide import decide
 from pytest_gpuenergy.gate.settings import DEFAULT_CONFIDENCE
 from pytest_gpuenergy.gate.verdicts import REGRESSION
-from pytest_gpuenergy.gate.decide import decide
 
 NAME = "detection_power"
 BASE_ETS_J = 100.0
@@ -185,7 +186,7 @@ def asv_median_ci99(y: Sequence[float]) -> tuple[float, float]:
     return low, high
 
 
-@lru_cache(maxsize=None)
+@cache
 def _mwu_null_cdf(m: int, n: int) -> tuple[float, ...]:
     """P(U <= u), u = 0..m*n, for the Mann-Whitney U statistic of samples of sizes m and n (no ties).
 

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import _common as common
 

@@ -31,7 +31,8 @@ import statistics
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import _common as common
 
@@ -195,7 +196,7 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
         (t0, e0), (t1, e1) = changes[0], changes[-1]
         power_w = (e1 - e0) / 1000.0 / (t1 - t0)
         for length in lengths:
-            mine = [(ets / t / power_w - 1, coarse) for l, ets, t, coarse in windows if l == length]
+            mine = [(ets / t / power_w - 1, coarse) for window_s, ets, t, coarse in windows if window_s == length]
             errors = [error for error, coarse in mine if not coarse]
             rows.append({"phase": phase, "window_s": length, "windows": len(mine), "long_run_power_w": power_w,
                          "flagged_coarse": len(mine) - len(errors),

@@ -85,7 +85,8 @@ def part2() -> tuple[list[dict], dict[str, Any]]:
     for row in rows:
         name, mode = row["workload"].rsplit("-", 1)
         work = counted_work(name, mode, "full")
-        edp = {cap: (lambda r: r.energy_j * r.step_s)(run_step(h100, work, cap)) for cap in h100_caps}
+        steps = {cap: run_step(h100, work, cap) for cap in h100_caps}
+        edp = {cap: step.energy_j * step.step_s for cap, step in steps.items()}
         best = min(edp, key=edp.__getitem__)
         row["h100_edp_optimal_cap_w"] = best
         row["h100_interior_edp_optimum"] = h100_caps[0] < best < h100_caps[-1]

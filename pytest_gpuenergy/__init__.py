@@ -13,10 +13,10 @@ pieces it is made of also work without pytest::
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .errors import EnergyMeasurementWarning, GpuEnergyError, PowerLimitWarning
 from .gate.budgets import Budget
 from .gpu.capping import CapSpec, PowerCap, PowerCapper, parse_caps
 from .gpu.device import Backend, Gpu, open_backend
-from .errors import EnergyMeasurementWarning, GpuEnergyError, PowerLimitWarning
 from .meter import EnergyMeter
 from .meter.results import EnergyResult, GpuResult, Repetition, Summary
 

@@ -9,6 +9,7 @@ fixed seeded synthetic batch of the real data's shapes::
     losses = workload.run(10)
 """
 
+from reference_workloads import models as _models  # noqa: F401  (registers the nine workloads)
 from reference_workloads.registry import (
     MODES,
     SIZES,
@@ -19,7 +20,6 @@ from reference_workloads.registry import (
     count_parameters,
     list_workloads,
 )
-from reference_workloads import models as _models  # noqa: F401  (registers the nine workloads)
 
 __all__ = [
     "MODES",

@@ -39,7 +39,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuenergy.fileio import atomic_write_json  # noqa: E402
-from pytest_gpuenergy.runs.store import RunStore
+from pytest_gpuenergy.runs.store import RunStore  # noqa: E402
 
 FIGURES = (("ets", "ets_j"), ("edp", "edp_js"), ("time", "time_s"))
 

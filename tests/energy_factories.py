@@ -9,8 +9,8 @@ report). Each repetition gets seeded multiplicative noise.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Sequence
 
 import numpy as np
 

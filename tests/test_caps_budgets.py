@@ -2,10 +2,9 @@
 
 import pytest
 
+from pytest_gpuenergy.errors import BudgetError, CapSyntaxError
 from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, check_budget, select_budget
-from pytest_gpuenergy.errors import BudgetError
 from pytest_gpuenergy.gpu.capping import CapSpec, parse_cap, parse_caps
-from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.gpu.device import PowerLimits
 from pytest_gpuenergy.meter.results import Repetition, Summary
 

@@ -8,10 +8,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from energy_factories import H100, H100_REAL, V100, make_doc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energy_factories import H100, H100_REAL, V100, make_doc
+from pytest_gpuenergy.gate.compare import baseline_comparison, compare_documents
+from pytest_gpuenergy.gate.decide import decide
+from pytest_gpuenergy.gate.records import MISSING, NEW, THRESHOLD_ONLY, SessionNoise
+from pytest_gpuenergy.gate.settings import check_confidence, parse_thresholds
+from pytest_gpuenergy.gate.student_t import student_t_cdf, student_t_ppf
 from pytest_gpuenergy.gate.verdicts import (
     CHANGED,
     DECREASE,
@@ -21,13 +26,11 @@ from pytest_gpuenergy.gate.verdicts import (
     REGRESSION,
     UNCHANGED,
     UNDEFINED,
+    Evidence,
+    classify,
+    interval_text,
+    pct_text,
 )
-from pytest_gpuenergy.gate.records import MISSING, NEW, THRESHOLD_ONLY, SessionNoise
-from pytest_gpuenergy.gate.compare import baseline_comparison, compare_documents
-from pytest_gpuenergy.gate.settings import check_confidence, parse_thresholds
-from pytest_gpuenergy.gate.decide import decide
-from pytest_gpuenergy.gate.student_t import student_t_cdf, student_t_ppf
-from pytest_gpuenergy.gate.verdicts import Evidence, classify, interval_text, pct_text
 from pytest_gpuenergy.runs.store import RunStore
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
@@ -90,7 +93,7 @@ def test_t_quantiles_match_the_tables(p, df, table):
 
 
 def test_t_distribution_matches_scipy_everywhere():
-    from scipy import stats   # a dev dependency: the reference the plugin's own quantiles must match
+    from scipy import stats  # a dev dependency: the reference the plugin's own quantiles must match
     for df in (0.7, 1, 1.9, 3.3, 8, 25, 300, 1e5):
         for p in (0.5001, 0.8, 0.95, 0.99, 0.999):
             assert student_t_ppf(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8)

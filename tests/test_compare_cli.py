@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from energy_factories import H100_REAL, V100, make_doc
+
 from pytest_gpuenergy.cli import compare as compare_cli
 from pytest_gpuenergy.runs.store import RunStore
 

@@ -17,7 +17,6 @@ import pytest
 from conftest import gpu_info, run_cli, spin_source
 
 
-
 def limit_w() -> float:
     return gpu_info()[0]["current_limit_w"]
 

@@ -11,22 +11,28 @@ import json
 import os
 import sys
 import textwrap
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from energy_factories import V100, make_doc
+
 from pytest_gpuenergy.cli.main import build_parser
-from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.fleet.cli import cmd_fleet
 from pytest_gpuenergy.fleet.driver import Follower, RayMissing, TaskState, describe_ray_error, import_ray
 from pytest_gpuenergy.fleet.plan import (
-    PER_GPU, PER_MODEL, FleetUsageError, LocalCluster, TaskSpec, inventory, plan_tasks, split_pytest_args,
+    PER_GPU,
+    PER_MODEL,
+    FleetUsageError,
+    LocalCluster,
+    TaskSpec,
+    inventory,
+    plan_tasks,
+    split_pytest_args,
 )
-from pytest_gpuenergy.fleet.report import apply_gate, collect, fleet_html, fleet_json, fleet_markdown
+from pytest_gpuenergy.fleet.report import apply_gate, collect, fleet_json, fleet_markdown
 from pytest_gpuenergy.fleet.task import pytest_command, run_suite, task_env
+from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.runs.store import RunStore
 
 H100_NODE = {"NodeID": "a" * 56, "Alive": True, "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "gpu-01",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from energy_factories import make_doc
+
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.reports.html import html_report
 from pytest_gpuenergy.reports.plots import COLOURS

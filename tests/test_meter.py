@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 import warnings
 
 import pytest
@@ -14,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import spin
+from pytest_gpuenergy.errors import EnergyMeasurementWarning, MeasurementError
 from pytest_gpuenergy.gpu.capping import PowerCapper, parse_cap
 from pytest_gpuenergy.gpu.device import open_backend
-from pytest_gpuenergy.errors import EnergyMeasurementWarning, MeasurementError
 from pytest_gpuenergy.gpu.journal import journal_for
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.energy_meter import CPU_TIME_NOTE
@@ -161,33 +160,29 @@ def test_a_low_cap_saves_energy_on_memory_bound_work_and_edp_has_an_interior_opt
 def test_a_counter_that_goes_backwards_during_a_region_gives_no_figure(backend):
     meter = EnergyMeter(backend, backend.select(None))
     backend.sleep_until(backend.clock() + 0.3)       # a fresh counter cannot go below 0: let it count
-    with pytest.raises(MeasurementError, match="went backwards"):
-        with meter:
-            backend.nvml.simArmFaults("counter_backwards=2-5")
-            spin(0.5)
+    with pytest.raises(MeasurementError, match="went backwards"), meter:
+        backend.nvml.simArmFaults("counter_backwards=2-5")
+        spin(0.5)
 
 
 def test_a_stuck_counter_gives_no_figure(backend):
     meter = EnergyMeter(backend, backend.select(None))
     backend.nvml.simArmFaults("counter_stuck=1")
-    with pytest.raises(MeasurementError, match="did not move"):
-        with meter:
-            spin(0.5)
+    with pytest.raises(MeasurementError, match="did not move"), meter:
+        spin(0.5)
 
 
 def test_a_lost_gpu_is_named(backend):
     meter = EnergyMeter(backend, backend.select(None))
-    with pytest.raises(MeasurementError, match="is lost"):
-        with meter:
-            backend.nvml.simArmFaults("lost")
-            spin(0.2)
+    with pytest.raises(MeasurementError, match="is lost"), meter:
+        backend.nvml.simArmFaults("lost")
+        spin(0.2)
 
 
 def test_a_block_that_raises_records_nothing(backend):
     meter = EnergyMeter(backend, backend.select(None))
-    with pytest.raises(ZeroDivisionError):
-        with meter:
-            1 / 0
+    with pytest.raises(ZeroDivisionError), meter:
+        1 / 0
     assert meter.results == []
     with pytest.raises(MeasurementError, match="measured nothing yet"):
         meter.result

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 import types
-from pathlib import Path
 
 import pytest
 
 from conftest import gpu_info
-from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.errors import GpuSelectionError
+from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.placement import Placement, check_wanted, pin_current_device, pin_worker
 
 # -- placement, in plain Python ---------------------------------------------------------------------

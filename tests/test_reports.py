@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from energy_factories import H100_REAL, make_doc
 
-from energy_factories import H100, H100_REAL, make_doc
-from pytest_gpuenergy.gate.verdicts import INCONCLUSIVE, REGRESSION
 from pytest_gpuenergy.gate.compare import compare_documents
+from pytest_gpuenergy.gate.verdicts import REGRESSION
 from pytest_gpuenergy.reports.digest import digest
 from pytest_gpuenergy.reports.html import html_report
 from pytest_gpuenergy.reports.json_report import REPORT_FORMAT, REPORT_VERSION, json_report

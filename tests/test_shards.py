@@ -9,14 +9,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from energy_factories import V100, make_doc
+
 from pytest_gpuenergy import fileio
 from pytest_gpuenergy.cli import compare as compare_cli
-from pytest_gpuenergy.gate.compare import baseline_comparison
-from pytest_gpuenergy.runs.shards import by_commit, case_baseline, merge_runs
-from pytest_gpuenergy.runs.store import RunStore
 from pytest_gpuenergy.errors import StorageError
+from pytest_gpuenergy.gate.compare import baseline_comparison
+from pytest_gpuenergy.runs.shards import case_baseline, merge_runs
+from pytest_gpuenergy.runs.store import RunStore
 
 A = ("alexnet-train", "vgg-infer")          # shard A's workloads
 B = ("residual-train", "memnet-infer")      # shard B's

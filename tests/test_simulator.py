@@ -10,11 +10,10 @@ import time
 import pynvml
 import pytest
 
-from conftest import spin
-from pytest_gpuenergy.sim.faults import parse_faults
-from pytest_gpuenergy.sim.roofline import GpuWork
-from pytest_gpuenergy.sim.nvml import SimulatedNvml
 from pytest_gpuenergy.errors import SimStateError
+from pytest_gpuenergy.sim.faults import parse_faults
+from pytest_gpuenergy.sim.nvml import SimulatedNvml
+from pytest_gpuenergy.sim.roofline import GpuWork
 
 
 @pytest.fixture

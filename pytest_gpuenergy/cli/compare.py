@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
-from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..gate.compare import compare_documents
+from ..errors import SettingError, StorageError
 from ..fileio import atomic_write_text
+from ..gate.compare import compare_documents
+from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..reports.digest import skipped_caps
 from ..reports.html import html_report
 from ..reports.json_report import json_report
 from ..reports.markdown import markdown_report
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
-from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore
 from ..runs.records import RunDocument, commit_text
-from ..errors import SettingError, StorageError
 from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
+from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -154,7 +155,7 @@ def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
          d.gpu_model, str(len(d.cases)), commit_text(d.commit)]
         for d in docs
     ]
-    columns = (Column("run id"), Column("date (UTC)", drop=2), Column("backend", drop=4),
+    columns: tuple[Column, ...] = (Column("run id"), Column("date (UTC)", drop=2), Column("backend", drop=4),
                Column("GPU model", elide=True), Column("cases", right=True, drop=3), Column("commit", drop=1))
     if args.by_commit:
         columns, rows = _commit_rows(docs)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from .compare import add_compare_commands
-from .tune import add_tune_command, split_pytest_args
-from ..gpu.device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from ..errors import GpuEnergyError
+from ..fleet.cli import add_fleet_command
 from ..gpu.clock_journal import journals_for
 from ..gpu.clocks_info import clock_fields, clock_line
+from ..gpu.device import BACKEND_CHOICES, Backend, default_backend, open_backend
 from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
-from ..fleet.cli import add_fleet_command
+from .compare import add_compare_commands
+from .tune import add_tune_command, split_pytest_args
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def gpu_rows(backend: Backend) -> list[dict]:
-    """The rows of ``gpuenergy info --json`` (keys fixed by DESIGN.md, extras after them)."""
+    """The rows of ``gpuenergy info --json`` (the keys scripts rely on first, as the README documents them; extras after them)."""
     rows = []
     for gpu in backend.visible_gpus:
         limits = gpu.limits()

@@ -13,15 +13,25 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..gpu.device import BACKEND_CHOICES, default_backend, open_backend
 from ..fileio import atomic_write_text
+from ..gpu.device import BACKEND_CHOICES, default_backend, open_backend
 from ..reports.html import html_report
-from ..tune.runner import (DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE, KNOBS, OBJECTIVES, ModelTuning,
-                   TuneOptions, models_to_tune, tune_model)
+from ..tune.runner import (
+    DEFAULT_MAX_SETTINGS,
+    DEFAULT_STEP_W,
+    DEFAULT_TUNE_STORAGE,
+    KNOBS,
+    OBJECTIVES,
+    ModelTuning,
+    TuneOptions,
+    models_to_tune,
+    tune_model,
+)
 from ..tune.search import Found
 
 

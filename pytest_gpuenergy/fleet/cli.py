@@ -12,13 +12,14 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from ..errors import GpuEnergyError
 from ..reports.terminal import terminal_width
-from ..sim.state import MODELS_ENV
 from ..runs.store import LATEST, RunStore
+from ..sim.state import MODELS_ENV
 from .driver import PROGRESS_EVERY_S, START_TIMEOUT_S, Follower, RayMissing, connect, import_ray, submit
 from .plan import PER_GPU, PER_MODEL, FleetUsageError, LocalCluster, inventory, plan_tasks, split_pytest_args
 from .report import EXIT_BAD_INPUT, EXIT_INCOMPLETE, apply_gate, collect, new_fleet_id, terminal_lines

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .plan import LocalCluster, TaskSpec, node_text
 from .task import run_suite

@@ -18,13 +18,14 @@ cluster:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..sim.models import parse_model_list
 from ..runs.store import DEFAULT_STORAGE, LATEST
+from ..sim.models import parse_model_list
 
 ACCELERATOR_PREFIX = "accelerator_type:"
 GPU_COUNT_PREFIX = "gpuenergy_gpus:"     # GPUs of one model on a node that has several (a fake local cluster)
@@ -142,7 +143,7 @@ class LocalCluster:
     models: tuple[str, ...]      # one entry per GPU, as GPUENERGY_SIM_GPUS lists them
 
     @classmethod
-    def from_sim_gpus(cls, text: str) -> "LocalCluster":
+    def from_sim_gpus(cls, text: str) -> LocalCluster:
         try:
             return cls(parse_model_list(text))
         except ValueError as exc:
@@ -168,7 +169,7 @@ class LocalCluster:
 
 def sim_model_for(accelerator_type: str) -> str:
     """The simulator's model for a Ray accelerator type (``A100-80G`` -> ``A100``), or a usage error."""
-    for candidate in (accelerator_type, accelerator_type.split("-")[0]):
+    for candidate in (accelerator_type, accelerator_type.split("-", maxsplit=1)[0]):
         try:
             return parse_model_list(candidate)[0]
         except ValueError:

@@ -18,23 +18,23 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..gate.records import Comparison
-from ..gate.compare import baseline_comparison
+from ..errors import JsonInputError, StorageError
 from ..fileio import atomic_write_text
+from ..gate.compare import baseline_comparison
+from ..gate.records import Comparison
 from ..reports.html import html_report
 from ..reports.json_report import report_data
 from ..reports.markdown import markdown_report
 from ..reports.terminal import run_lines, tables_for, wrap
 from ..runs.records import RunDocument
 from ..runs.store import RunStore
-from ..errors import StorageError
-from ..errors import JsonInputError
 from ..runs.validation import parse_json
 from .driver import TaskState
 from .plan import FleetGate
@@ -186,15 +186,15 @@ def apply_gate(outcome: FleetOutcome, gate: FleetGate, step_summary: Path | None
         (gate.html, lambda: fleet_html(outcome, baselines)),
         (gate.json, lambda: fleet_json(outcome)),
     )
-    for path, render in writers:
-        if path is None:
+    for target, render in writers:
+        if target is None:
             continue
         try:
-            atomic_write_text(path, render())
+            atomic_write_text(target, render())
         except OSError as exc:
-            outcome.errors.append(f"cannot write the report {path}: {exc.strerror or exc}")
+            outcome.errors.append(f"cannot write the report {target}: {exc.strerror or exc}")
             continue
-        outcome.lines.append(f"gpuenergy: wrote {path}")
+        outcome.lines.append(f"gpuenergy: wrote {target}")
     if step_summary is not None:
         try:
             with open(step_summary, "a", encoding="utf-8") as summary:

@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from ..fileio import user_state_dir
-from ..sim.state import MODELS_ENV, STATE_ENV
 from ..runs.store import slug
+from ..sim.state import MODELS_ENV, STATE_ENV
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
 from .progress import PROGRESS_ENV, read_progress
 

@@ -9,14 +9,15 @@ in watts or percent matches when it resolves to the limit the test ran at on tha
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from ..errors import BudgetError, CapSyntaxError
 from ..gpu.capping import CapSpec, cap_text, parse_cap
 from ..gpu.device import PowerLimits
-from ..runs.validation import bounded_number, shown
-from ..errors import BudgetError, CapSyntaxError
 from ..metrics import EDP, ETS, TIME
+from ..runs.validation import bounded_number, shown
 
 _FIGURES = {m.key: (m.field, m.label, m.unit) for m in (ETS, EDP, TIME)}   # checked in this order
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}
@@ -39,9 +40,7 @@ class Budget:
     def matches(self, gpu_name: str, limit_mw: int, limits: PowerLimits) -> bool:
         if self.gpu is not None and self.gpu.lower() not in gpu_name.lower():
             return False
-        if self.cap is not None and abs(self.cap.resolve_mw(limits) - limit_mw) > _CAP_TOLERANCE_MW:
-            return False
-        return True
+        return not (self.cap is not None and abs(self.cap.resolve_mw(limits) - limit_mw) > _CAP_TOLERANCE_MW)
 
     def describe(self) -> str:
         parts = [f"{key}={getattr(self, attr):g}" for key, (attr, _, _) in _FIGURES.items() if getattr(self, attr) is not None]
@@ -64,7 +63,7 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
             f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap="
         )
     figures = {}
-    for key, (attr, name, unit) in _FIGURES.items():
+    for key, (attr, _label, unit) in _FIGURES.items():
         if key in kwargs and kwargs[key] is not None:
             figures[attr] = _positive_number(key, kwargs[key], unit)
     if not figures:

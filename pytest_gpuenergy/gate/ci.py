@@ -8,21 +8,22 @@ nothing half: every file goes through ``fileio``'s atomic writes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .settings import DEFAULT_CONFIDENCE
-from .records import Comparison
-from .compare import baseline_comparison
+from ..errors import StorageError
 from ..fileio import atomic_write_text
+from ..meter.results import EnergyResult
 from ..reports.html import html_report
 from ..reports.json_report import json_report
 from ..reports.markdown import markdown_report
-from ..meter.results import EnergyResult
-from ..runs.store import LATEST, RunStore, build_documents
 from ..runs.records import RunDocument
-from ..errors import StorageError
+from ..runs.store import LATEST, RunStore, build_documents
+from .compare import baseline_comparison
+from .records import Comparison
+from .settings import DEFAULT_CONFIDENCE
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

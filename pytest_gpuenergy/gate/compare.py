@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..metrics import METRIC_FIELDS, METRICS
+from ..runs.records import CaseEntry, RunDocument
 from ..runs.shards import case_baseline
 from ..runs.store import LATEST, RunStore
-from ..runs.records import CaseEntry, RunDocument
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, check_confidence, check_thresholds

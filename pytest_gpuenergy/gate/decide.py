@@ -62,11 +62,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from ..runs.records import CaseEntry
 from ..metrics import METRIC_UNITS, METRICS
+from ..runs.records import CaseEntry
 from .records import THRESHOLD_ONLY, MetricChange, SessionNoise, sample_variance
 from .settings import DEFAULT_CONFIDENCE
 from .student_t import student_t_ppf
@@ -94,7 +95,7 @@ def decide(
     if not old or not new:
         raise ValueError(f"{metric}: both runs need at least one repetition")
     old_mean, new_mean = statistics.fmean(old), statistics.fmean(new)
-    base = dict(metric=metric, old_mean=old_mean, new_mean=new_mean, confidence=confidence,
+    base: dict[str, Any] = dict(metric=metric, old_mean=old_mean, new_mean=new_mean, confidence=confidence,
                 threshold_pct=threshold_pct, old_n=len(old), new_n=len(new))
     if not (old_mean > 0 and new_mean > 0 and math.isfinite(old_mean) and math.isfinite(new_mean)):
         return MetricChange(

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from ..metrics import METRIC_LABELS
 from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
 from .settings import DEFAULT_CONFIDENCE
 from .verdicts import (
-    CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, UNDEFINED,
+    CHANGED,
+    DECREASE,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    INCREASE,
+    REGRESSION,
+    UNCHANGED,
+    UNDEFINED,
 )
 
 #: Every verdict a case or metric can have (``verdicts.py`` says what each means).
@@ -70,7 +78,7 @@ class SessionNoise:
         return math.sqrt(self.variance)
 
     @classmethod
-    def estimate(cls, runs: Sequence[Sequence[float]]) -> "SessionNoise | None":
+    def estimate(cls, runs: Sequence[Sequence[float]]) -> SessionNoise | None:
         """From the repetitions of the same case in ``runs`` (one sequence per saved run); None under 2 runs.
 
         A run with a single repetition shows no within-run spread: all of its run mean's spread
@@ -140,7 +148,7 @@ class RunInfo:
     commit: dict[str, Any] | None
 
     @classmethod
-    def of(cls, doc: RunDocument) -> "RunInfo":
+    def of(cls, doc: RunDocument) -> RunInfo:
         machine = doc.machine
         return cls(
             run_id=doc.run_id, created_at=doc.created_at, backend=doc.backend, simulated=doc.simulated,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import SettingError
 from ..metrics import METRICS

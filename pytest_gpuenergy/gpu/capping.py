@@ -22,19 +22,27 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pynvml
 
+from ..errors import (
+    CapOutOfRange,
+    CapPermissionError,
+    CapSyntaxError,
+    GpuLostError,
+    LimitChangeError,
+    LimitRestoreError,
+    PowerLimitWarning,
+)
+from ..runs.validation import shown
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
-from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError, PowerLimitWarning
 from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
 from .signals import signals_held
-from ..runs.validation import shown
 
 MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
 MAX_PLAUSIBLE_PERCENT = 200.0
@@ -57,10 +65,10 @@ class CapSpec:
         return self.kind
 
     def resolve_mw(self, limits: PowerLimits) -> int:
-        if self.kind == "watts":
-            return int(round(self.value * 1000))
-        if self.kind == "percent":
-            return int(round(limits.default_mw * self.value / 100.0))
+        if self.kind in ("watts", "percent"):
+            value = self.value
+            assert value is not None    # both kinds carry their number
+            return int(round(value * 1000 if self.kind == "watts" else limits.default_mw * value / 100.0))
         return {"min": limits.min_mw, "max": limits.max_mw, "default": limits.default_mw}[self.kind]
 
     @property
@@ -207,7 +215,7 @@ class PowerCapper:
         self._applied: list[_Applied] = []
         self._locks = ExitStack()
 
-    def __enter__(self) -> "PowerCapper":
+    def __enter__(self) -> PowerCapper:
         return self
 
     def __exit__(self, *exc: object) -> None:

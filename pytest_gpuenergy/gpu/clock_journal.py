@@ -19,18 +19,19 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 
-from .device import Backend, Gpu
 from ..errors import JournalCorrupt
 from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
+from ..runs.validation import parse_json, shown
+from .device import Backend, Gpu
 from .journal import Journal, RepairOutcome, _whole, journal_for
 from .processes import is_alive, process_start
-from ..runs.validation import parse_json, shown
 
 _FORMAT = "gpuenergy-clock-journal"
 _MAX_CLOCK_MHZ = 100_000
@@ -64,7 +65,7 @@ class ClockJournalEntry:
         return (f"GPU {self.gpu_index} ({self.gpu_name}, {self.gpu_uuid}): SM clock locked at "
                 f"{lock_text(self.applied)} by pid {self.pid} on {self.host}, before: {before}")
 
-    def same_write(self, other: "ClockJournalEntry") -> bool:
+    def same_write(self, other: ClockJournalEntry) -> bool:
         return (self.pid, self.process_start, self.written_at) == (other.pid, other.process_start, other.written_at)
 
     def owner_runs(self) -> bool:
@@ -148,7 +149,7 @@ def _entry_from_json(data: Any, file_uuid: str) -> ClockJournalEntry:
     """Check every field: a damaged entry must be an error, never a clock to set."""
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise ValueError("not a clock-lock journal entry")
-    fields = {name: data.get(name) for name in ClockJournalEntry.__dataclass_fields__}
+    fields: dict[str, Any] = {name: data.get(name) for name in ClockJournalEntry.__dataclass_fields__}
     for name in ("gpu_uuid", "gpu_name", "process_start", "host"):
         if not isinstance(fields[name], str):
             raise ValueError(f"{name} must be a string, got {shown(fields[name])}")

@@ -24,20 +24,19 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pynvml
 
-from ..errors import CapSyntaxError
+from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError
+from ..runs.validation import shown
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, retry_transient
-from ..errors import CapOutOfRange, CapPermissionError, GpuLostError, LimitChangeError, LimitRestoreError
 from .locks import holding, lock_paths
 from .signals import signals_held
-from ..runs.validation import shown
 
 MAX_PLAUSIBLE_MHZ = 10_000.0       # no GPU clocks near this; a larger value is a typo
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -222,7 +221,7 @@ class ClockCapper:
         self._locked: list[_Locked] = []
         self._locks = ExitStack()
 
-    def __enter__(self) -> "ClockCapper":
+    def __enter__(self) -> ClockCapper:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -258,7 +257,7 @@ class ClockCapper:
     def _apply_one(self, gpu: Gpu, found: ClockRange, spec: ClockSpec, target: int) -> GpuClockCap:
         readable, lock_now = _read(gpu, read_lock)
         left = self.journal.entry(gpu.uuid)       # a lock someone left: its entry knows the previous state
-        previous = left.previous if left is not None else lock_now
+        previous = left.previous if left is not None else lock_now  # type: ignore[attr-defined]  # a ClockJournalEntry
         wanted = (found.min_mhz, target)
         entry = self.journal.record_lock(gpu, previous, wanted)
         self._locked.append(_Locked(gpu, entry))
@@ -287,7 +286,7 @@ class ClockCapper:
                         item = self._locked.pop()
                         problem = _restore_one(item.gpu, item.entry.previous)
                         if problem is None:
-                            self.journal.clear(item.entry)
+                            self.journal.clear(item.entry)  # type: ignore[arg-type]  # the power journal clears any entry by its GPU
                         else:
                             failures.append(problem)
         finally:

@@ -1,6 +1,6 @@
 """What ``gpuenergy info`` says about a GPU's SM clocks: their range, the clock now, and any lock.
 
-The ``--json`` keys added for the second knob (DESIGN.md fixes the power-limit keys; these come
+The ``--json`` keys added for the second knob (the power-limit keys are fixed, scripts rely on them; these come
 after them): ``sm_clock_min_mhz``, ``sm_clock_max_mhz`` (the supported SM clocks),
 ``sm_clock_mhz`` (the clock now), ``sm_clock_locked`` (``true``/``false``, or ``null`` where the
 library cannot read a lock: real NVML), ``sm_clock_lock_mhz`` (``[min, max]`` or ``null``).

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import pynvml
 
@@ -332,8 +333,8 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Ba
                 f"--gpu-backend=nvml: {reason}; install the NVIDIA driver, or use --gpu-backend=sim "
                 f"to run on simulated GPUs"
             )
-    from ..sim.nvml import SimulatedNvml
     from ..errors import SimStateError
+    from ..sim.nvml import SimulatedNvml
 
     try:
         sim = SimulatedNvml(state_dir=sim_state_dir)

@@ -29,13 +29,13 @@ from typing import Any
 
 import pynvml
 
-from .device import Backend, Gpu
 from ..errors import GpuBusyError, JournalCorrupt
 from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
+from ..runs.validation import parse_json, shown
+from .device import Backend, Gpu
 from .locks import holding, lock_paths
 from .processes import is_alive, process_start
 from .signals import signals_held
-from ..runs.validation import parse_json, shown
 
 _FORMAT = "gpuenergy-limit-journal"
 _MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage
@@ -63,7 +63,7 @@ class JournalEntry:
             f"{self.previous_limit_mw / 1000:g} W"
         )
 
-    def same_write(self, other: "JournalEntry") -> bool:
+    def same_write(self, other: JournalEntry) -> bool:
         """Whether ``other`` is this very entry (same writer, same moment), not a later one."""
         return (self.pid, self.process_start, self.written_at) == (other.pid, other.process_start, other.written_at)
 
@@ -205,7 +205,7 @@ def _entry_from_json(data: Any, file_uuid: str) -> JournalEntry:
     """Check every field: a damaged entry must be an error, never a limit to set."""
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise ValueError("not a limit journal entry")
-    fields = {name: data.get(name) for name in JournalEntry.__dataclass_fields__}
+    fields: dict[str, Any] = {name: data.get(name) for name in JournalEntry.__dataclass_fields__}
     for name in ("gpu_uuid", "gpu_name", "process_start", "host"):
         if not isinstance(fields[name], str):
             raise ValueError(f"{name} must be a string, got {shown(fields[name])}")

@@ -16,8 +16,8 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ..errors import GpuBusyError
 from ..fileio import open_lock_file

@@ -24,11 +24,12 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .device import Gpu, visible_gpus
 from ..errors import GpuSelectionError
+from .device import Gpu, visible_gpus
 
 ALL = "all"
 _WORKER_ID = re.compile(r"gw(\d+)")
@@ -53,7 +54,7 @@ class Placement:
         return self.kind != "xdist" and (self.rank is None or self.rank == 0)
 
     @classmethod
-    def from_environment(cls, env: Mapping[str, str] | None = None, worker_id: str | None = None) -> "Placement":
+    def from_environment(cls, env: Mapping[str, str] | None = None, worker_id: str | None = None) -> Placement:
         """From pytest-xdist's worker id and torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``.
 
         The worker id comes from pytest-xdist's ``workerinput`` only, never from the environment: a
@@ -138,11 +139,11 @@ def pin_worker(pool: Sequence[Gpu], placement: Placement, env: dict[str, str] | 
     GPU. Where CUDA already runs in this process nothing is changed (``pin_current_device`` then
     does the job per test). Single processes and torchrun ranks keep their variable as it is.
     """
-    env = os.environ if env is None else env
+    target: MutableMapping[str, str] = os.environ if env is None else env
     if placement.kind != "xdist" or not pool or _cuda_initialised():
         return None
     value = ",".join(g.uuid for g in visible_order(pool, placement.own_gpu(pool)))
-    env["CUDA_VISIBLE_DEVICES"] = value
+    target["CUDA_VISIBLE_DEVICES"] = value
     return value
 
 

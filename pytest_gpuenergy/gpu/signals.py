@@ -21,7 +21,8 @@ import contextlib
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 

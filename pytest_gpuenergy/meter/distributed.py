@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from .results import GpuResult
 

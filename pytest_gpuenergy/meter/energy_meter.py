@@ -12,19 +12,26 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pynvml
 
-from ..gpu.device import Backend, Gpu
 from ..errors import EnergyMeasurementWarning, GpuLostError, MeasurementError
-from .results import EnergyResult, GpuResult, Repetition
-from .lattice import Lattice
+from ..gpu.device import Backend, Gpu
 from .integrate import (
-    CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy,
+    CEILING_FACTOR,
+    NotYet,
+    RegionEnergy,
+    check_monotonic,
+    counter_energy,
+    publications,
+    sampled_energy,
 )
+from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
+from .results import EnergyResult, GpuResult, Repetition
 
 DEFAULT_MIN_TIME_S = 0.5
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
@@ -127,7 +134,7 @@ class EnergyMeter:
         """
         return self._open_region.t0 if self._open_region is not None else None
 
-    def __enter__(self) -> "EnergyMeter":
+    def __enter__(self) -> EnergyMeter:
         if self._open_region is not None:
             raise MeasurementError("energy_meter regions cannot be nested")
         self._group = self.rank_group()
@@ -237,7 +244,7 @@ class EnergyMeter:
             self.one_call_s = one_call_s
         return calls
 
-    def _drop_coarse(self, finished: list["_Region"], resized: int) -> list["_Region"]:
+    def _drop_coarse(self, finished: list[_Region], resized: int) -> list[_Region]:
         """Resolve the regions and take out (to be measured again, larger) those that came out
         coarse, as long as enlarging them is still allowed."""
         for region in finished:
@@ -252,7 +259,7 @@ class EnergyMeter:
             finished.remove(region)
         return coarse
 
-    def _fill(self, region: "_Region", fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
+    def _fill(self, region: _Region, fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
               at_least_s: float) -> int:
         """Call ``fn`` ``calls`` times in the open region, more until it lasts ``at_least_s``, and
         then, where calls are short against the counter's period, until just after a publication.
@@ -274,7 +281,7 @@ class EnergyMeter:
             calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
         return done + self._finish_on_a_tick(region, fn, args, kwargs, (clock() - region.t0) / done)
 
-    def _finish_on_a_tick(self, region: "_Region", fn: Callable[..., Any], args: tuple, kwargs: dict,
+    def _finish_on_a_tick(self, region: _Region, fn: Callable[..., Any], args: tuple, kwargs: dict,
                           one_call_s: float) -> int:
         """Short calls: go on calling until just after the next publication, in shrinking batches
         (a long batch overshoots when calls slow down), so the region's tail is a call or less."""
@@ -299,7 +306,7 @@ class EnergyMeter:
             self.backend.declare_work(self.work)
         return result
 
-    def _start_region(self, *, align: bool, calls: int | None = None) -> "_Region":
+    def _start_region(self, *, align: bool, calls: int | None = None) -> _Region:
         self.backend.use(self.gpus)
         if self.compute_bound is not None:
             self.backend.set_workload_profile(self.compute_bound)
@@ -314,11 +321,11 @@ class EnergyMeter:
             return value
         return type(value)(self._group.agree_max(value))
 
-    def _note_region(self, region: "_Region") -> None:
+    def _note_region(self, region: _Region) -> None:
         self.last_region = (region.t0, region.t1)
         self.last_thread_cpu_s = region.thread_cpu_s
 
-    def _record(self, region: "_Region", per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
+    def _record(self, region: _Region, per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
         context = region.cap
         parts = []
         for gpu, recorder, reps in zip(self.gpus, self.recorders, per_gpu):
@@ -541,7 +548,7 @@ def _repetition(reading: RegionEnergy, duration_s: float, calls: int) -> Repetit
 def _coarse_warning(region: _Region, readings: Sequence[RegionEnergy]) -> str:
     reading = next(r for r in readings if r.coarse)
     recorder = region.recorders[readings.index(reading)]
-    what = ("the energy counter (published every {:.0f} ms)".format(recorder.period_s * 1000) if recorder.method == COUNTER
+    what = (f"the energy counter (published every {recorder.period_s * 1000:.0f} ms)" if recorder.method == COUNTER
             else f"the power readings (each averages {recorder.window_s * 1000:.0f} ms)")
     return (
         f"the measured block took {region.duration * 1000:.0f} ms, too short for {what} to resolve: its ETS "

@@ -25,10 +25,11 @@ as that assumption; a region that no whole window lies in gets 0 to the GPU's ce
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
-from .lattice import Lattice, NOMINAL_PERIOD_S
+from .lattice import NOMINAL_PERIOD_S, Lattice
 
 COUNTER_RESOLUTION_MJ = 1.0     # NVML's counter counts whole millijoules
 POWER_RESOLUTION_MW = 1.0       # and power in whole milliwatts

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 NOMINAL_PERIOD_S = 0.1           # NVML's documented counter update period, until observed
 _WINDOW_S = 30.0                 # brackets older than this are forgotten (clocks drift microseconds a second)

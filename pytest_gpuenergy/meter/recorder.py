@@ -19,15 +19,16 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pynvml
 
-from ..gpu.device import Backend, Gpu
 from ..errors import GpuLostError, MeasurementError
-from .results import COUNTER, SAMPLING
+from ..gpu.device import Backend, Gpu
 from .integrate import Read
 from .lattice import Bracket, Lattice, TickLearner
+from .results import COUNTER, SAMPLING
 
 POLL_S = 0.0005                  # polling step near an expected counter tick while learning
 _REFRESH_POLL_S = 0.001          # ...and while refreshing a known lattice (fewer wake-ups; many brackets still narrow it)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
+from typing import TYPE_CHECKING
 
 COUNTER = "counter"
 SAMPLING = "sampling"
@@ -59,7 +60,7 @@ class Summary:
     ets_high_j: float | None = None
 
     @classmethod
-    def of(cls, repetitions: Sequence[Repetition]) -> "Summary":
+    def of(cls, repetitions: Sequence[Repetition]) -> Summary:
         if not repetitions:
             raise ValueError("a summary needs at least one repetition")
         ets = [r.ets_j for r in repetitions]
@@ -95,12 +96,14 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
 
 
 class _SummaryFigures:
-    """The summary's figures as attributes of a result (``result.ets_j``, the names DESIGN.md fixes).
+    """The summary's figures as attributes of a result (``result.ets_j``: names users and scripts rely on).
 
     A subclass provides ``summary``; both a GPU's part and the whole measurement read the same way.
     """
 
-    summary: Summary
+    if TYPE_CHECKING:
+        @property
+        def summary(self) -> Summary: ...
 
     @property
     def ets_j(self) -> float:

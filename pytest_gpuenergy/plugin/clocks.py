@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from ..errors import CapSyntaxError
+from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
 from ..gpu.clocks import ClockCap, ClockSpec, parse_clocks
-from ..errors import CapOutOfRange, GpuEnergyError, LimitRestoreError
 
 SKIPPED_CLOCK = "energy.skipped_clock"     # user property on a case skipped for its clock cap
 
@@ -56,7 +56,7 @@ def gpu_clock_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
     Without ``--gpu-clocks`` (or a ``gpu_clocks`` marker) nothing is changed and the value
     describes the GPUs' clocks as they are (``label == "current"``).
     """
-    from .hooks import SESSION_KEY     # the plugin imports this module: import it back lazily
+    from .hooks import SESSION_KEY  # the plugin imports this module: import it back lazily
 
     session = request.config.stash[SESSION_KEY]
     spec: ClockSpec | None = getattr(request, "param", None)

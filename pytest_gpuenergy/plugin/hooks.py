@@ -11,27 +11,28 @@ import secrets
 import signal
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
-from ..gpu import signals
-from . import clocks as plugin_clocks
-from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
-from ..gate.budgets import Budget, budget_from_marker
-from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
 from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from ..gate.budgets import Budget, budget_from_marker
 from ..gate.ci import EnergyGate, GateOutcome
+from ..gpu import signals
+from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
+from ..gpu.placement import Placement, check_wanted
 from ..meter import EnergyMeter
 from ..reports.digest import Skipped, skipped_groups
 from ..reports.terminal import session_lines, tables_for, wrap
-from ..gpu.placement import Placement, check_wanted
-from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, resolve_gate_options, pytest_addoption, setting  # noqa: F401 (the hook)
-from .session import EnergySession
-from ..sim.nvml import SEED_ENV
-from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
 from ..runs.provenance import collect_commit_info, collect_machine_info
 from ..runs.validation import bounded_number, shown
+from ..sim.nvml import SEED_ENV
+from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
+from . import clocks as plugin_clocks
+from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, pytest_addoption, resolve_gate_options, setting  # noqa: F401 (the hook)
+from .session import EnergySession
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
 _BUDGETS_KEY = pytest.StashKey[list]()
@@ -359,7 +360,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A passed test that misses its energy budget fails, with one line per miss."""
     report = yield
     if report.when == "call" and report.passed:
@@ -382,7 +383,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if energy is None:
         return
     if hasattr(config, "workerinput"):
-        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()
+        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         return
     if not energy.placement.reports:      # torchrun: every rank holds the total; rank 0 saves it
         return

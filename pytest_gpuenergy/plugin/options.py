@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from ..gpu.clocks import parse_clocks
-from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
-from ..gpu.capping import parse_caps
-from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
 from ..errors import CapSyntaxError, SettingError
 from ..gate.ci import GateOptions, step_summary_path
+from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
+from ..gpu.capping import parse_caps
+from ..gpu.clocks import parse_clocks
+from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
 from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..meter import DEFAULT_MIN_TIME_S
-from .session import SessionOptions
 from ..runs.store import DEFAULT_STORAGE, LATEST
+from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .session import SessionOptions
 
 MAX_REPEAT = 10_000            # as --energy-repeat
 MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
@@ -27,7 +27,7 @@ MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuenergy", "GPU energy testing (pytest-gpuenergy)")
 
-    def add(flag: str, ini: str, help_text: str, ini_type: str | None = None, **kwargs: Any) -> None:
+    def add(flag: str, ini: str, help_text: str, ini_type: Any = None, **kwargs: Any) -> None:
         group.addoption(flag, dest=ini, default=None, help=help_text, **kwargs)
         parser.addini(ini, help_text, type=ini_type)
 

@@ -10,24 +10,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from typing import Any
 
+import pynvml
+
+from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, select_budget
 from ..gpu.capping import CapSpec, PowerCap, PowerCapper
 from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
 from ..gpu.clocks import ClockCap, ClockCapper, ClockSpec
-import pynvml
-
 from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
-from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gpu.journal import Journal, journal_for
 from ..gpu.locks import DEFAULT_TIMEOUT_S, holding, lock_paths
+from ..gpu.placement import Placement, pin_current_device, pin_worker
 from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+from ..meter.distributed import current_group
 from ..meter.results import EnergyResult, GpuResult
 from ..runs.records import CaseEntry
-from ..meter.distributed import current_group
-from ..gpu.placement import Placement, pin_current_device, pin_worker
 
 
 @dataclass(frozen=True)

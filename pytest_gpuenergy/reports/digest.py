@@ -17,14 +17,25 @@ Names are short (the workload's parameters, ``alexnet-train``) with the full ids
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..gate.verdicts import CHANGED, IMPROVEMENT, INCONCLUSIVE, INCREASE, DECREASE, REGRESSION, UNCHANGED, UNDEFINED
 from ..gate.records import MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
+from ..gate.verdicts import (
+    CHANGED,
+    DECREASE,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    INCREASE,
+    REGRESSION,
+    UNCHANGED,
+    UNDEFINED,
+    interval_text,
+    pct_text,
+)
 from ..metrics import METRIC_LABELS, METRIC_UNITS
 from ..runs.records import RunDocument, model_label
-from ..gate.verdicts import interval_text, pct_text
 from .numbers import cap_sort_key, column_cells, short_names, si
 from .sweep import workload_key
 

@@ -13,15 +13,25 @@ Simulated figures say so in the title, a banner, each plot and each table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
 from ..gate.records import Comparison
 from ..runs.records import RunDocument, model_label
 from ..runs.store import slug
 from .digest import (
-    CHANGE_COLUMNS, SIM_FOOTNOTE, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows,
-    skipped_caps, skipped_groups, title_text,
+    CHANGE_COLUMNS,
+    SIM_FOOTNOTE,
+    Digest,
+    case_cells,
+    digest,
+    gate_text,
+    grouped_notes,
+    method_text,
+    results_rows,
+    skipped_caps,
+    skipped_groups,
+    title_text,
 )
 from .numbers import cap_sort_key, short_names
 from .plots import heatmap_svg, legend_svg, pareto_svg, sweep_svg
@@ -277,8 +287,8 @@ def _results_table(doc: RunDocument) -> str:
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] | range = ()) -> str:
-    numeric = set(numeric)
+    numeric_columns = set(numeric)
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="{"num" if j in numeric else ""}">{escape(cell)}</td>'
+    body = "".join("<tr>" + "".join(f'<td class="{"num" if j in numeric_columns else ""}">{escape(cell)}</td>'
                                     for j, cell in enumerate(row)) + "</tr>" for row in rows)
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..gate.records import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
 from ..runs.records import RunDocument

@@ -11,14 +11,23 @@ the tables.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
 from ..gate.records import Comparison, RunInfo
 from ..runs.records import RunDocument, commit_text, model_label
 from .digest import (
-    CHANGE_COLUMNS, Digest, case_cells, digest, gate_text, grouped_notes, method_text, results_rows, skipped_caps,
-    skipped_groups, title_text,
+    CHANGE_COLUMNS,
+    Digest,
+    case_cells,
+    digest,
+    gate_text,
+    grouped_notes,
+    method_text,
+    results_rows,
+    skipped_caps,
+    skipped_groups,
+    title_text,
 )
 from .numbers import short_names
 from .sweep import OPTIMISED, sweeps

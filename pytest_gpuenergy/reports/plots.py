@@ -19,7 +19,7 @@ use ``EngFormatter`` (``400 µJ``, ``1.2 kJ``), never ``5e-05``.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .svg import figure_svg, new_figure, rc_context
 from .sweep import Optimum, Sweep, SweepPoint
@@ -125,7 +125,7 @@ def legend_svg(with_baseline: bool) -> str:
     with rc_context():
         fig = new_figure(7.2, 0.75)
         fig.legend(handles=handles, loc="center", ncol=3, frameon=False, fontsize=8)
-    return figure_svg(fig, "Legend of the sweep plots: " + "; ".join(h.get_label() for h in handles),
+    return figure_svg(fig, "Legend of the sweep plots: " + "; ".join(str(h.get_label()) for h in handles),
                       css_class="legend-plot")
 
 

@@ -50,7 +50,7 @@ def new_figure(width_in: float, height_in: float) -> Any:
 def rc_context() -> Any:
     import matplotlib
 
-    return matplotlib.rc_context(_RC)
+    return matplotlib.rc_context(_RC)  # type: ignore[arg-type]  # matplotlib types rc keys as literals
 
 
 def figure_svg(fig: Any, label: str, *, element_id: str | None = None, css_class: str = "plot") -> str:

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..gate.settings import DEFAULT_CONFIDENCE
-from ..gate.verdicts import IMPROVEMENT, REGRESSION
-from ..gate.records import THRESHOLD_ONLY, MetricChange
 from ..gate.decide import decide
-from ..runs.records import CaseEntry, RunDocument
-from ..gate.verdicts import interval_text, pct_text
-from .numbers import cap_sort_key
+from ..gate.records import THRESHOLD_ONLY, MetricChange
+from ..gate.settings import DEFAULT_CONFIDENCE
+from ..gate.verdicts import IMPROVEMENT, REGRESSION, interval_text, pct_text
 from ..metrics import METRIC_FIELDS
+from ..runs.records import CaseEntry, RunDocument
+from .numbers import cap_sort_key
 
 OPTIMISED = ("ets", "edp")           # the metrics a cap is chosen for
 IMPOSSIBLE_SPEEDUP_PCT = 5.0         # a capped case this much faster than at the default limit is suspect
@@ -89,7 +89,7 @@ class SweepPoint:
     samples: dict[str, tuple[float, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, entry: CaseEntry) -> "SweepPoint":
+    def of(cls, entry: CaseEntry) -> SweepPoint:
         samples = {metric: tuple(entry.samples(name)) for metric, name in METRIC_FIELDS.items()}
 
         def mean_std(metric: str) -> tuple[float, float]:
@@ -126,7 +126,7 @@ class Suspect:
 
     def describe(self) -> str:
         change = self.change
-        bounds = "" if change.ci_low_pct is None else f" {interval_text(change.ci_low_pct, change.ci_high_pct)}"
+        bounds = "" if change.ci_low_pct is None or change.ci_high_pct is None else f" {interval_text(change.ci_low_pct, change.ci_high_pct)}"
         return (f"suspect figure at {cap_text(self.point)}: T {pct_text(change.change_pct or 0.0)}{bounds} against the "
                 f"default limit, faster than the uncapped GPU, which a power cap cannot make it; not used as an "
                 f"optimum (check for another process, a missing warm-up or changed clocks)")

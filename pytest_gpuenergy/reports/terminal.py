@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..gate.records import Comparison
+from ..meter.results import EnergyResult
 from ..runs.records import CaseEntry, RunDocument
 from .digest import (
-    CHANGE_COLUMNS, SIM_FOOTNOTE, SIM_MARK, Digest, digest, gate_text, grouped_notes, regression_details, skipped_groups,
+    CHANGE_COLUMNS,
+    SIM_FOOTNOTE,
+    SIM_MARK,
+    Digest,
+    digest,
+    gate_text,
+    grouped_notes,
+    regression_details,
+    skipped_groups,
     title_text,
 )
 from .numbers import cap_sort_key, elide, short_names, si
@@ -245,7 +254,7 @@ def run_lines(doc: RunDocument, width: int | None = None) -> list[str]:
     return wrap(f"run {doc.describe()}", width) + results_lines(doc.cases, width)
 
 
-def session_lines(cases: Iterable[tuple[str, object]], width: int | None = None) -> list[str]:
+def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None = None) -> list[str]:
     """The session's measured cases (``(case id, EnergyResult)``) as results lines."""
     entries = [CaseEntry.from_gpu_result(case_id, gpu) for case_id, result in cases for gpu in result.per_gpu]
     return results_lines(entries, width)

@@ -9,8 +9,8 @@ import platform
 import socket
 import subprocess
 import sys
-from typing import Any, Iterable
-
+from collections.abc import Iterable
+from typing import Any
 
 _GIT_TIMEOUT_S = 5.0
 

@@ -7,13 +7,12 @@ import os
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from ..errors import JsonInputError, StorageError
 from ..meter.results import Repetition
-from .validation import figure_problem, parse_json, shown
 from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none, node_id_of
-
+from .validation import figure_problem, parse_json, shown
 
 # -- reading -------------------------------------------------------------------------------------
 
@@ -115,7 +114,7 @@ class DocumentReader:
             raise self.fail(f"{where}.host", f"must be a string or null, got {shown(host)}")
         return CaseEntry(
             case_id=case_id,
-            test=data.get("test") if isinstance(data.get("test"), str) else node_id_of(case_id),
+            test=test if isinstance(test := data.get("test"), str) else node_id_of(case_id),
             cap=self.text(data, "cap", where),
             gpu_index=index,
             gpu_name=self.text(data, "gpu_name", where),
@@ -168,6 +167,12 @@ class DocumentReader:
             raise self.fail(_at(where, key), f"must be true or false, got {shown(value)}")
         return value
 
+    @overload
+    def number(self, data: dict, key: str, where: str, *, optional: Literal[False] = False) -> float: ...
+
+    @overload
+    def number(self, data: dict, key: str, where: str, *, optional: bool) -> float | None: ...
+
     def number(self, data: dict, key: str, where: str, *, optional: bool = False) -> float | None:
         value = data.get(key)
         if value is None and optional:
@@ -175,6 +180,7 @@ class DocumentReader:
         problem = figure_problem(key, value)    # finite, in range: 1.7e308 J or a negative ETS is damage
         if problem:
             raise self.fail(_at(where, key), problem)
+        assert value is not None     # figure_problem refuses a missing figure
         return float(value)
 
     def mapping(self, data: dict, key: str, where: str) -> dict:

@@ -114,7 +114,7 @@ class CaseEntry:
         return [float(getattr(rep, field_name)) for rep in self.repetitions]
 
     @classmethod
-    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0) -> "CaseEntry":
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0) -> CaseEntry:
         return cls(
             case_id=case_id,
             test=node_id_of(case_id),
@@ -149,9 +149,9 @@ class CaseEntry:
         )
 
     @classmethod
-    def from_json(cls, data: Any, source: str) -> "CaseEntry":
+    def from_json(cls, data: Any, source: str) -> CaseEntry:
         """Check and read one case as written by ``to_json`` (``source`` is named in errors)."""
-        from .reader import DocumentReader   # reading checks every field; it builds these records
+        from .reader import DocumentReader  # reading checks every field; it builds these records
 
         return DocumentReader(source).case(data, "case")
 
@@ -225,7 +225,7 @@ class RunDocument:
         }
 
     @classmethod
-    def from_json(cls, data: Any, source: str = "run document") -> "RunDocument":
+    def from_json(cls, data: Any, source: str = "run document") -> RunDocument:
         """Check and read a parsed document; ``source`` (the file) is named in every error."""
         from .reader import DocumentReader
 

@@ -20,13 +20,13 @@ Plain functions of documents, reusable by any runner that collects shards.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Sequence
 
+from ..errors import StorageError
 from .records import CaseEntry, RunDocument
 from .store import RunStore
-from ..errors import StorageError
 
 COMMIT_PREFIX = "commit:"
 

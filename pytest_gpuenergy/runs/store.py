@@ -8,9 +8,10 @@ import os
 import re
 import secrets
 import unicodedata
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import StorageError
 from ..fileio import atomic_write_json

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
 from ..errors import JsonInputError
 
 MAX_NESTING = 32            # a run document nests 5 levels; the machine description a few more

@@ -17,8 +17,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 CLOCK_ENV = "GPUENERGY_SIM_CLOCK"
 CLOCKS = ("virtual", "wall")

@@ -19,7 +19,8 @@ kernels (the usual ratio) instead of its own cell-by-cell operations.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .roofline import GpuWork
 
@@ -86,7 +87,7 @@ def count_work(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[GpuWo
         for hook in hooks:
             hook.remove()
     by_unit = {"fp32": 0.0, "tf32": 0.0, "fp16": 0.0}
-    half = getattr(torch, "get_default_dtype")() in (torch.float16, torch.bfloat16)
+    half = torch.get_default_dtype() in (torch.float16, torch.bfloat16)
     for op, count in flops.get_flop_counts().get("Global", {}).items():
         name = getattr(op, "__name__", str(op))
         if half:

@@ -42,7 +42,7 @@ REGION_NOISE_SHARE = 0.25         # the noise per region, as a share of the nois
 class SimDevice:
     """One simulated GPU in this process."""
 
-    def __init__(self, owner: "SimulatedNvml", spec: GpuSpec, index: int, state_dir: Path) -> None:
+    def __init__(self, owner: SimulatedNvml, spec: GpuSpec, index: int, state_dir: Path) -> None:
         self.owner = owner
         self.spec = spec
         self.index = index

@@ -4,7 +4,7 @@ Peak throughputs and memory bandwidths are the vendors' data-sheet figures (dens
 H100 SXM5 66.9 TFLOPS FP32, 494.7 TF32, 989.4 FP16 tensor, 3.35 TB/s; A100 SXM4 40GB 19.5, 156,
 312, 1.555 TB/s; V100 SXM2 15.7 FP32, 125 FP16 tensor, 900 GB/s; T4 8.1, 65, 320 GB/s; K80 per GPU
 4.37 FP32, 240 GB/s). Limits are the published power-management ranges (vendor data sheets and ``nvidia-smi -q``
-output, as collected in the project's WORKLOADS.md: V100 SXM2 150-300 W, T4 60-70 W, A100 SXM4
+output): V100 SXM2 150-300 W, T4 60-70 W, A100 SXM4
 100-400 W, H100 SXM5 200-700 W, K80 100-150 W per GPU). Clocks are the data-sheet boost clocks
 and the lowest supported SM clocks. Idle power is approximate (what an idle GPU at P0 shows in
 public ``nvidia-smi`` logs); it is a modelling input, not a measurement of ours.

@@ -33,12 +33,14 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pynvml
 
+from ..errors import SimStateError
 from ..gpu.processes import is_alive
 from . import work as work_registry
 from .clock import CLOCK_ENV, VirtualClock, WallClock, clock_from_env
@@ -47,7 +49,6 @@ from .dvfs import DEFAULT_COMPUTE_BOUND, WorkloadProfile
 from .faults import FaultPlan, parse_faults
 from .roofline import GpuWork
 from .state import default_state_dir, load_machine
-from ..errors import SimStateError
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"

@@ -55,7 +55,7 @@ class GpuWork:
         if not (self.flops_fp32 or self.flops_tf32 or self.flops_fp16 or self.bytes or self.kernels):
             raise ValueError("declared GPU work is empty: give flops, bytes or kernels")
 
-    def scaled(self, factor: float) -> "GpuWork":
+    def scaled(self, factor: float) -> GpuWork:
         return GpuWork(*(getattr(self, f.name) * factor for f in fields(self)))
 
     @property

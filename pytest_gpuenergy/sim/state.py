@@ -18,13 +18,13 @@ import json
 import os
 import time
 import uuid as uuid_module
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
+from ..errors import SimStateError
 from ..fileio import atomic_write_json, file_lock, user_state_dir
 from .models import DEFAULT_SIM_MODELS, GPU_MODELS, GpuSpec, parse_model_list
-from ..errors import SimStateError
 
 STATE_ENV = "GPUENERGY_SIM_STATE"
 MODELS_ENV = "GPUENERGY_SIM_GPUS"

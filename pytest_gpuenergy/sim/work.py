@@ -18,7 +18,7 @@ from typing import Any
 
 from .roofline import GpuWork
 
-_SIMULATORS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_SIMULATORS: weakref.WeakSet[Any] = weakref.WeakSet()
 _LOCK = threading.Lock()
 
 
@@ -45,7 +45,7 @@ def declare_work(work: GpuWork | None = None, **figures: float) -> None:
     """
     if not _SIMULATORS:
         return
-    step = work if work is not None else GpuWork(**figures)
+    step = work if work is not None else GpuWork(**figures)  # type: ignore[arg-type]  # kernels: a count given as a number
     with _LOCK:
         simulators = list(_SIMULATORS)
     for simulator in simulators:

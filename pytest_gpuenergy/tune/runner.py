@@ -18,18 +18,18 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
+from ..errors import GpuEnergyError
 from ..gpu.capping import parse_cap
 from ..gpu.clocks import clock_range, parse_clock
 from ..gpu.device import Backend, Gpu
-from ..errors import GpuEnergyError
 from ..reports.sweep import workload_key
-from ..sim.nvml import SEED_ENV
 from ..runs.records import CaseEntry, RunDocument
 from ..runs.store import RunStore
+from ..sim.nvml import SEED_ENV
 from .search import Found, best_setting, first_settings, next_setting
 
 KNOBS = ("power", "clock")
@@ -161,10 +161,10 @@ def tune_model(options: TuneOptions, gpu: Gpu, backend: Backend, log=print) -> M
     for planned in rounds[1:]:
         _run_round(options, backend, tuning, {key: _within_budget(planned, t, options) for key, t in tuning.tests.items()}, log)
     while True:
-        wanted = {}
+        wanted: dict[str | None, list[int]] = {}
         for key, test in tuning.tests.items():
-            picks = {next_setting(test.means(metric), len(grid.values)) for metric in options.objectives}
-            picks.discard(None)
+            picks = {pick for metric in options.objectives
+                     if (pick := next_setting(test.means(metric), len(grid.values))) is not None}
             wanted[key] = _within_budget(sorted(picks), test, options)
         if not any(wanted.values()):
             return tuning
@@ -191,6 +191,7 @@ def _run_round(options: TuneOptions, backend: Backend, tuning: ModelTuning,
     else:
         targets = []
         for key, picks in wanted.items():
+            assert key is not None     # None (the user's selection) is handled above
             test = tuning.tests[key]
             known_index = next(iter(test.node_ids))
             for i in picks:

@@ -21,13 +21,13 @@ repetitions' noise (the comparison's Welch test on the log ratio, at the gate's 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
+from ..gate.decide import decide
+from ..gate.records import THRESHOLD_ONLY
 from ..gate.settings import DEFAULT_CONFIDENCE
 from ..gate.verdicts import REGRESSION
-from ..gate.records import THRESHOLD_ONLY
-from ..gate.decide import decide
 
 # Where the two inner settings of the second round lie, as shares of the range from its lowest
 # setting: the lower part, where the energy- and EDP-optimal caps of the seeds' workloads and of
@@ -52,6 +52,7 @@ def next_setting(values: Mapping[int, float], count: int) -> int | None:
         return None
     best = min(order, key=lambda i: (values[i], -i))       # ties go to the higher setting (less capping)
     at = order.index(best)
+    candidate: int | None
     if at == 0:
         candidate = (best + order[1]) // 2
     elif at == len(order) - 1:

@@ -1,19 +1,19 @@
 """One module per reference workload; importing this package registers all nine.
 
-The import order below is the order ``list_workloads()`` reports: Fathom's eight (Adolf et al.,
-"Fathom: Reference Workloads for Modern Deep Learning Methods", IISWC 2016), then the transformer.
+``list_workloads()`` reports them in Fathom's order (Adolf et al., "Fathom: Reference Workloads
+for Modern Deep Learning Methods", IISWC 2016), then the transformer, whatever the import order.
 """
 
 from reference_workloads.models import (  # noqa: F401  (imported for registration)
     alexnet,
-    vgg,
-    residual,
     autoenc,
     deepq,
     memnet,
+    residual,
     seq2seq,
     speech,
     transformer,
+    vgg,
 )
 
 __all__ = ["alexnet", "vgg", "residual", "autoenc", "deepq", "memnet", "seq2seq", "speech", "transformer"]

@@ -32,7 +32,7 @@ class AlexNetConfig:
 
 FULL = AlexNetConfig(conv_channels=(64, 192, 384, 256, 256), fc_units=4096, classes=1000,
                      image_px=224, batch=64, learning_rate=1e-3)
-# WORKLOADS.md: widths / 4, FC 256, 10 classes, 64 x 64 px, batch 8.
+# The tiny size: widths / 4, FC 256, 10 classes, 64 x 64 px, batch 8.
 TINY = AlexNetConfig(conv_channels=(16, 48, 96, 64, 64), fc_units=256, classes=10,
                      image_px=64, batch=8, learning_rate=1e-3)
 CONFIGS = {"tiny": TINY, "full": FULL}
