@@ -15,7 +15,6 @@ read its locks (``simGetGpuLockedClocks``), so there every repair is checked by 
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
@@ -28,9 +27,9 @@ import pynvml
 
 from ..errors import JournalCorrupt
 from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
-from ..runs.validation import parse_json, shown
+from ..runs.validation import parse_json
 from .device import Backend, Gpu
-from .journal import Journal, RepairOutcome, _whole, journal_for
+from .journal import Journal, RepairOutcome, entry_fields, journal_for, whole_field
 from .processes import is_alive, process_start
 
 _FORMAT = "gpuenergy-clock-journal"
@@ -147,25 +146,13 @@ class ClockJournal(Journal):
 
 def _entry_from_json(data: Any, file_uuid: str) -> ClockJournalEntry:
     """Check every field: a damaged entry must be an error, never a clock to set."""
-    if not isinstance(data, dict) or data.get("format") != _FORMAT:
-        raise ValueError("not a clock-lock journal entry")
-    fields: dict[str, Any] = {name: data.get(name) for name in ClockJournalEntry.__dataclass_fields__}
-    for name in ("gpu_uuid", "gpu_name", "process_start", "host"):
-        if not isinstance(fields[name], str):
-            raise ValueError(f"{name} must be a string, got {shown(fields[name])}")
-    if fields["gpu_uuid"] != file_uuid:
-        raise ValueError(f"it names GPU {shown(fields['gpu_uuid'])}, not the GPU of its file name")
-    _whole(fields, "gpu_index", 0, 65_535)
+    fields = entry_fields(data, file_uuid, _FORMAT, ClockJournalEntry, "clock-lock")
     for name in ("previous_min_mhz", "previous_max_mhz"):
-        _whole(fields, name, 0, _MAX_CLOCK_MHZ)
+        whole_field(fields, name, 0, _MAX_CLOCK_MHZ)
     for name in ("applied_min_mhz", "applied_max_mhz"):
-        _whole(fields, name, 1, _MAX_CLOCK_MHZ)
-    _whole(fields, "pid", 1, 2**31 - 1)
+        whole_field(fields, name, 1, _MAX_CLOCK_MHZ)
     if fields["previous_min_mhz"] > fields["previous_max_mhz"] or fields["applied_min_mhz"] > fields["applied_max_mhz"]:
         raise ValueError("a lock's lower end lies above its upper end")
-    written = fields["written_at"]
-    if isinstance(written, bool) or not isinstance(written, (int, float)) or not math.isfinite(written):
-        raise ValueError(f"written_at must be a time, got {shown(written)}")
     return ClockJournalEntry(**fields)
 
 

@@ -19,6 +19,7 @@ world-writable one is refused, and a damaged one is an error naming the file.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -203,25 +204,32 @@ class Journal:
 
 def _entry_from_json(data: Any, file_uuid: str) -> JournalEntry:
     """Check every field: a damaged entry must be an error, never a limit to set."""
-    if not isinstance(data, dict) or data.get("format") != _FORMAT:
-        raise ValueError("not a limit journal entry")
-    fields: dict[str, Any] = {name: data.get(name) for name in JournalEntry.__dataclass_fields__}
+    fields = entry_fields(data, file_uuid, _FORMAT, JournalEntry, "limit")
+    whole_field(fields, "previous_limit_mw", 1, _MAX_LIMIT_MW)
+    whole_field(fields, "applied_limit_mw", 1, _MAX_LIMIT_MW)
+    return JournalEntry(**fields)
+
+
+def entry_fields(data: Any, file_uuid: str, format_name: str, record: type, what: str) -> dict[str, Any]:
+    """The fields every journal entry has (its GPU, its owner, when it was written), checked; the
+    caller checks the setting's own fields and builds ``record`` from the result."""
+    if not isinstance(data, dict) or data.get("format") != format_name:
+        raise ValueError(f"not a {what} journal entry")
+    fields: dict[str, Any] = {item.name: data.get(item.name) for item in dataclasses.fields(record)}
     for name in ("gpu_uuid", "gpu_name", "process_start", "host"):
         if not isinstance(fields[name], str):
             raise ValueError(f"{name} must be a string, got {shown(fields[name])}")
     if fields["gpu_uuid"] != file_uuid:
         raise ValueError(f"it names GPU {shown(fields['gpu_uuid'])}, not the GPU of its file name")
-    _whole(fields, "gpu_index", 0, 65_535)
-    _whole(fields, "previous_limit_mw", 1, _MAX_LIMIT_MW)
-    _whole(fields, "applied_limit_mw", 1, _MAX_LIMIT_MW)
-    _whole(fields, "pid", 1, _MAX_PID)
+    whole_field(fields, "gpu_index", 0, 65_535)
+    whole_field(fields, "pid", 1, _MAX_PID)
     written = fields["written_at"]
     if isinstance(written, bool) or not isinstance(written, (int, float)) or not math.isfinite(written):
         raise ValueError(f"written_at must be a time, got {shown(written)}")
-    return JournalEntry(**fields)
+    return fields
 
 
-def _whole(fields: dict[str, Any], name: str, low: int, high: int) -> None:
+def whole_field(fields: dict[str, Any], name: str, low: int, high: int) -> None:
     value = fields[name]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be a whole number from {low} to {high}, got {shown(value)}")

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
+from ..errors import CapSyntaxError
 from ..gpu.clocks import ClockCap, ClockSpec, parse_clocks
+from .knobs import held_setting
 
 SKIPPED_CLOCK = "energy.skipped_clock"     # user property on a case skipped for its clock cap
 
@@ -60,22 +61,5 @@ def gpu_clock_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
 
     session = request.config.stash[SESSION_KEY]
     spec: ClockSpec | None = getattr(request, "param", None)
-    capper = session.clock_capper()
-    try:
-        clock = capper.apply(spec) if spec is not None else capper.current()
-    except CapOutOfRange as exc:
-        session.release(capper)
-        request.node.user_properties.append((SKIPPED_CLOCK, spec.label if spec is not None else "current"))
-        pytest.skip(str(exc))
-    except GpuEnergyError as exc:
-        session.release(capper)
-        pytest.fail(str(exc), pytrace=False)
-    session.active_clock = clock
-    try:
-        yield clock
-    finally:
-        session.active_clock = None
-        try:
-            session.release(capper)
-        except LimitRestoreError as exc:
-            pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
+    yield from held_setting(request, session, session.clock_capper(), spec, SKIPPED_CLOCK,
+                            lambda clock: setattr(session, "active_clock", clock))

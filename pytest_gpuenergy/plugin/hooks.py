@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, LimitRestoreError, PowerLimitWarning
+from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, PowerLimitWarning
 from ..gate.budgets import Budget, budget_from_marker
 from ..gate.ci import EnergyGate, GateOutcome
 from ..gpu import signals
-from ..gpu.capping import CapOutOfRange, CapPermissionError, CapSpec, PowerCap, parse_caps
+from ..gpu.capping import CapSpec, PowerCap, parse_caps
 from ..gpu.placement import Placement, check_wanted
 from ..meter import EnergyMeter
 from ..reports.digest import Skipped, skipped_groups
@@ -31,6 +31,7 @@ from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
 from . import clocks as plugin_clocks
 from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .knobs import held_setting
 from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, pytest_addoption, resolve_gate_options, setting  # noqa: F401 (the hook)
 from .session import EnergySession
 
@@ -295,28 +296,8 @@ def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
     """
     session = request.config.stash[SESSION_KEY]
     spec: CapSpec | None = getattr(request, "param", None)
-    capper = session.capper()
-    try:
-        cap = capper.apply(spec) if spec is not None else capper.current()
-    except CapOutOfRange as exc:
-        session.release(capper)
-        request.node.user_properties.append((_SKIPPED_CAP, spec.label if spec is not None else "current"))
-        pytest.skip(str(exc))
-    except CapPermissionError as exc:
-        session.release(capper)
-        pytest.fail(str(exc), pytrace=False)
-    except GpuEnergyError as exc:
-        session.release(capper)
-        pytest.fail(str(exc), pytrace=False)
-    session.active_cap = cap
-    try:
-        yield cap
-    finally:
-        session.active_cap = None
-        try:
-            session.release(capper)
-        except LimitRestoreError as exc:
-            pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
+    yield from held_setting(request, session, session.capper(), spec, _SKIPPED_CAP,
+                            lambda cap: setattr(session, "active_cap", cap))
 
 
 @pytest.fixture
