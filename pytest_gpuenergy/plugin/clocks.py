@@ -14,7 +14,7 @@ import pytest
 
 from ..errors import CapSyntaxError
 from ..gpu.clocks import ClockCap, ClockSpec, parse_clocks
-from .knobs import held_setting
+from .knobs import held_setting, marker_settings
 
 SKIPPED_CLOCK = "energy.skipped_clock"     # user property on a case skipped for its clock cap
 
@@ -24,15 +24,7 @@ MARKER = ("gpu_clocks(*clocks): run this test at these SM clock caps (MHz, '50%'
 
 def marker_clocks(node: Any) -> list[ClockSpec] | None:
     """The ``gpu_clocks`` marker's caps, or None without one; a bad value raises CapSyntaxError."""
-    marker = node.get_closest_marker("gpu_clocks")
-    if marker is None:
-        return None
-    if marker.kwargs:
-        raise CapSyntaxError(f"gpu_clocks takes clock caps as positional arguments, got {sorted(marker.kwargs)}")
-    if not marker.args:
-        raise CapSyntaxError("gpu_clocks needs at least one clock cap, e.g. @pytest.mark.gpu_clocks(1200, '50%')")
-    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
-    return parse_clocks(list(args), source="gpu_clocks")
+    return marker_settings(node, "gpu_clocks", parse_clocks, "clock cap", "1200, '50%'")
 
 
 def clock_params(metafunc: pytest.Metafunc, session_clocks: tuple[ClockSpec, ...]) -> str | None:

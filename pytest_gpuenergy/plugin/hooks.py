@@ -31,7 +31,7 @@ from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
 from . import clocks as plugin_clocks
 from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
-from .knobs import held_setting
+from .knobs import held_setting, marker_settings
 from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, pytest_addoption, resolve_gate_options, setting  # noqa: F401 (the hook)
 from .session import EnergySession
 
@@ -183,15 +183,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # -- collection ------------------------------------------------------------------------------------
 
 def _marker_caps(node: Any) -> list[CapSpec] | None:
-    marker = node.get_closest_marker("gpu_caps")
-    if marker is None:
-        return None
-    if marker.kwargs:
-        raise CapSyntaxError(f"gpu_caps takes caps as positional arguments, got {sorted(marker.kwargs)}")
-    if not marker.args:
-        raise CapSyntaxError("gpu_caps needs at least one cap, e.g. @pytest.mark.gpu_caps(150, '60%')")
-    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
-    return parse_caps(list(args), source="gpu_caps")
+    return marker_settings(node, "gpu_caps", parse_caps, "cap", "150, '60%'")
 
 
 @pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the cap comes last in ids

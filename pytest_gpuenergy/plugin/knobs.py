@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import CapOutOfRange, GpuEnergyError, LimitRestoreError
+from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
 
 
 def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, spec: Any, skipped_property: str,
@@ -34,3 +34,17 @@ def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, spec
             session.release(capper)
         except LimitRestoreError as exc:
             pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
+
+
+def marker_settings(node: Any, name: str, parse: Callable[..., list[Any]], what: str, example: str) -> list[Any] | None:
+    """The settings a ``gpu_caps``/``gpu_clocks`` marker gives one test, or None without one; a bad
+    value raises CapSyntaxError naming the marker."""
+    marker = node.get_closest_marker(name)
+    if marker is None:
+        return None
+    if marker.kwargs:
+        raise CapSyntaxError(f"{name} takes {what}s as positional arguments, got {sorted(marker.kwargs)}")
+    if not marker.args:
+        raise CapSyntaxError(f"{name} needs at least one {what}, e.g. @pytest.mark.{name}({example})")
+    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
+    return parse(list(args), source=name)
