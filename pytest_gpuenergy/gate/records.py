@@ -13,18 +13,8 @@ from ..metrics import METRIC_LABELS
 from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
 from .settings import DEFAULT_CONFIDENCE
 from .verdicts import (
-    CHANGED,
-    DECREASE,
-    IMPROVEMENT,
-    INCONCLUSIVE,
-    INCREASE,
     REGRESSION,
-    UNCHANGED,
-    UNDEFINED,
 )
-
-#: Every verdict a case or metric can have (``verdicts.py`` says what each means).
-VERDICTS = (REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNCHANGED, CHANGED, INCREASE, DECREASE, UNDEFINED)
 
 COMPARED = "compared"
 NEW = "new"
@@ -180,10 +170,6 @@ class Comparison:
     @property
     def regressions(self) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict == REGRESSION]
-
-    @property
-    def improvements(self) -> list[CaseComparison]:
-        return [c for c in self.cases if c.verdict == IMPROVEMENT]
 
     @property
     def failed(self) -> bool:

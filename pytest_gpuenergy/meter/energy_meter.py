@@ -125,15 +125,6 @@ class EnergyMeter:
             )
         return self.results[-1]
 
-    @property
-    def region_start(self) -> float | None:
-        """When the open ``with`` region started, on the backend's clock (None outside one).
-
-        With ``last_region`` (the ``(start, end)`` of the latest finished region) it lines the
-        region up with other timelines, e.g. the simulator's exact energy integral.
-        """
-        return self._open_region.t0 if self._open_region is not None else None
-
     def __enter__(self) -> EnergyMeter:
         if self._open_region is not None:
             raise MeasurementError("energy_meter regions cannot be nested")

@@ -93,9 +93,6 @@ class VirtualClock:
         finally:
             self._advancing = False
 
-    def next_wake(self, plan: Plan) -> float | None:
-        return plan.wake_at if plan.alive else None
-
     def _step(self, plan: Plan) -> None:
         try:
             wake_at = next(plan.steps)
