@@ -33,7 +33,6 @@ from ..errors import (
     CapOutOfRange,
     CapPermissionError,
     CapSyntaxError,
-    GpuLostError,
     LimitChangeError,
     LimitRestoreError,
     PowerLimitWarning,
@@ -270,7 +269,7 @@ class PowerCapper:
                 f"--gpu-caps to measure at the current limit"
             ) from None
         except pynvml.NVMLError_GpuIsLost:
-            raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost) while setting its limit") from None
+            raise gpu.lost_error("setting its limit") from None
         except pynvml.NVMLError as exc:
             raise LimitChangeError(f"setting the limit of {gpu.label} to {target_mw / 1000:g} W failed: NVML: {exc}") from None
         if enforced == limits.current_mw and enforced != target_mw:
@@ -351,7 +350,7 @@ def _read_limits(gpu: Gpu) -> PowerLimits:
     try:
         return retry_transient(gpu.limits)
     except pynvml.NVMLError_GpuIsLost:
-        raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
+        raise gpu.lost_error() from None
     except pynvml.NVMLError as exc:
         raise LimitChangeError(f"reading the power limits of {gpu.label} failed: NVML: {exc}") from None
 

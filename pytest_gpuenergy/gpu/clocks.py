@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pynvml
 
-from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, GpuLostError, LimitChangeError, LimitRestoreError
+from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, LimitChangeError, LimitRestoreError
 from ..runs.validation import shown
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
 from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, retry_transient
@@ -299,7 +299,7 @@ def _read(gpu: Gpu, reading):
     try:
         return retry_transient(lambda: reading(gpu))
     except pynvml.NVMLError_GpuIsLost:
-        raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
+        raise gpu.lost_error() from None
     except pynvml.NVMLError as exc:
         raise LimitChangeError(f"reading the SM clocks of {gpu.label} failed: NVML: {exc}") from None
 
@@ -323,7 +323,7 @@ def _set(gpu: Gpu, lock: tuple[int, int]) -> None:
             f"GPU's own clocks"
         ) from None
     except pynvml.NVMLError_GpuIsLost:
-        raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost) while locking its SM clock") from None
+        raise gpu.lost_error("locking its SM clock") from None
     except pynvml.NVMLError as exc:
         raise LimitChangeError(f"locking the SM clock of {gpu.label} at {lock_text(lock)} failed: NVML: {exc}") from None
 

@@ -124,7 +124,7 @@ class Gpu:
         try:
             return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
         except pynvml.NVMLError_GpuIsLost:
-            raise self._lost() from None
+            raise self.lost_error() from None
 
     def power_mw(self) -> int:
         """Instant power: ``NVML_FI_DEV_POWER_INSTANT`` where supported, else ``GetPowerUsage``."""
@@ -137,7 +137,7 @@ class Gpu:
                 self._power_source = "usage"
             return int(self.nvml.nvmlDeviceGetPowerUsage(self.handle))
         except pynvml.NVMLError_GpuIsLost:
-            raise self._lost() from None
+            raise self.lost_error() from None
 
     @property
     def power_source(self) -> str:
@@ -161,8 +161,10 @@ class Gpu:
             return False
         return current == pynvml.NVML_DEVICE_MIG_ENABLE
 
-    def _lost(self) -> GpuLostError:
-        return GpuLostError(f"{self.label} is lost (NVML: GPU is lost): it fell off the bus or its driver reset")
+    def lost_error(self, while_doing: str = "") -> GpuLostError:
+        """The one message for a GPU that stopped answering, whoever noticed it."""
+        doing = f" while {while_doing}" if while_doing else ""
+        return GpuLostError(f"{self.label} is lost (NVML: GPU is lost){doing}: it fell off the bus or its driver reset")
 
 
 class Backend:

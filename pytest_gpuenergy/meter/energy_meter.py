@@ -18,7 +18,7 @@ from typing import Any
 
 import pynvml
 
-from ..errors import EnergyMeasurementWarning, GpuLostError, MeasurementError
+from ..errors import EnergyMeasurementWarning, MeasurementError
 from ..gpu.device import Backend, Gpu
 from .integrate import (
     CEILING_FACTOR,
@@ -574,7 +574,7 @@ def _as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
     if isinstance(exc, MeasurementError):
         return exc
     if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-        return GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)")
+        return gpu.lost_error()
     return MeasurementError(f"reading the energy of {gpu.label} failed: NVML: {exc}")
 
 

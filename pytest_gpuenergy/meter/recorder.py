@@ -165,7 +165,7 @@ class Recorder:
         try:
             value = self._value()
         except pynvml.NVMLError_GpuIsLost:
-            raise GpuLostError(f"{self.gpu.label} is lost (NVML: GPU is lost)") from None
+            raise self.gpu.lost_error() from None
         except GpuLostError:
             raise
         except pynvml.NVMLError as exc:

@@ -28,7 +28,7 @@ from ..gpu.placement import Placement, pin_current_device, pin_worker
 from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from ..meter.distributed import current_group
 from ..meter.results import EnergyResult, GpuResult
-from ..runs.records import CaseEntry
+from ..runs.records import CaseEntry, node_id_of, split_region
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,7 @@ class EnergySession:
         return properties
 
     def cases_of(self, test_id: str) -> list[CaseRecord]:
-        return [c for key, c in self.cases.items() if key == test_id or key.startswith(test_id + "#")]
+        return [c for key, c in self.cases.items() if node_id_of(key) == test_id]
 
     # -- budgets -------------------------------------------------------------------------------
     def budget_failures(self, test_id: str, budgets: Sequence[Budget]) -> list[str]:
@@ -353,7 +353,8 @@ class EnergySession:
         if not misses:
             return None
         origin = "simulated" if gpu.simulated else "measured"
-        region = f" [{case_id.rsplit('#', 1)[1]}. region]" if "#" in case_id.rsplit("::", 1)[-1] else ""
+        number = split_region(case_id)[1]
+        region = f" [{number}. region]" if number is not None else ""
         summary = gpu.summary
         bound = ""
         if summary.ets_low_j is not None and summary.ets_high_j is not None and any(m.figure == "ETS" for m in misses):

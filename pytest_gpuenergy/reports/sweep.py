@@ -31,7 +31,7 @@ from ..gate.records import THRESHOLD_ONLY, MetricChange
 from ..gate.settings import DEFAULT_CONFIDENCE
 from ..gate.verdicts import IMPROVEMENT, REGRESSION, interval_text, pct_text
 from ..metrics import METRIC_FIELDS
-from ..runs.records import CaseEntry, RunDocument
+from ..runs.records import CaseEntry, RunDocument, split_region
 from .numbers import cap_sort_key
 
 OPTIMISED = ("ets", "edp")           # the metrics a cap is chosen for
@@ -65,10 +65,8 @@ def workload_key(case_id: str, cap_label: str) -> str:
 
 
 def _split_region(case_id: str) -> tuple[str, str]:
-    head, sep, number = case_id.rpartition("#")
-    if sep and number.isdigit() and head and not head.endswith("::"):
-        return head, f"#{number}"
-    return case_id, ""
+    head, region = split_region(case_id)
+    return (head, f"#{region}") if region is not None else (case_id, "")
 
 
 @dataclass(frozen=True)

@@ -250,12 +250,19 @@ def model_label(gpu_model: str, backend: str, simulated: bool) -> str:
     return f"{with_origin(gpu_model, simulated)} [{backend}]"
 
 
+def split_region(case_id: str) -> tuple[str, int | None]:
+    """A case id as (test node id, n) for a test's n-th measured region (``...::test_x[60%]#2``),
+    or (case id, None) without a region suffix. The one reader of the ``#n`` suffix."""
+    match = _REGION_SUFFIX.fullmatch(case_id)
+    if match and not match.group(1).endswith("::"):
+        return match.group(1), int(match.group(2))
+    return case_id, None
+
+
 def node_id_of(case_id: str) -> str:
     """The test's node id: the case id without the ``#n`` of a test's n-th measured region."""
-    match = _REGION_SUFFIX.fullmatch(case_id)
-    if match and int(match.group(2)) >= 2:
-        return match.group(1)
-    return case_id
+    node_id, region = split_region(case_id)
+    return node_id if region is not None and region >= 2 else case_id
 
 
 # -- small helpers ---------------------------------------------------------------------------------
