@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JsonInputError, StorageError
-from ..fileio import atomic_write_text
+from ..gate.ci import comparison_baselines, write_reports
 from ..gate.compare import baseline_comparison
 from ..gate.records import Comparison
 from ..reports.html import html_report
@@ -180,38 +180,14 @@ def apply_gate(outcome: FleetOutcome, gate: FleetGate, step_summary: Path | None
                 outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
     except StorageError as exc:
         outcome.errors.append(str(exc))
-    baselines = _baselines(store, outcome.comparisons)
-    writers = (
-        (gate.markdown, lambda: fleet_markdown(outcome)),
-        (gate.html, lambda: fleet_html(outcome, baselines)),
-        (gate.json, lambda: fleet_json(outcome)),
+    baselines = comparison_baselines(store, outcome.comparisons)
+    write_reports(
+        outcome.lines, outcome.errors,
+        ((gate.markdown, lambda: fleet_markdown(outcome)),
+         (gate.html, lambda: fleet_html(outcome, baselines)),
+         (gate.json, lambda: fleet_json(outcome))),
+        step_summary, lambda: fleet_markdown(outcome),
     )
-    for target, render in writers:
-        if target is None:
-            continue
-        try:
-            atomic_write_text(target, render())
-        except OSError as exc:
-            outcome.errors.append(f"cannot write the report {target}: {exc.strerror or exc}")
-            continue
-        outcome.lines.append(f"gpuenergy: wrote {target}")
-    if step_summary is not None:
-        try:
-            with open(step_summary, "a", encoding="utf-8") as summary:
-                summary.write(fleet_markdown(outcome) + "\n")
-        except OSError as exc:
-            outcome.errors.append(f"cannot append to $GITHUB_STEP_SUMMARY ({step_summary}): {exc}")
-
-
-def _baselines(store: RunStore, comparisons: Sequence[Comparison]) -> list[RunDocument]:
-    found = []
-    for comparison in comparisons:
-        if comparison.old_run_id and comparison.comparable:
-            try:
-                found.append(store.resolve(comparison.old_run_id))
-            except StorageError:
-                pass   # the comparison read it already; the page can do without its curve
-    return found
 
 
 # -- reports ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ nothing half: every file goes through ``fileio``'s atomic writes.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,40 +107,47 @@ class EnergyGate:
 
     def _write_reports(self, outcome: GateOutcome) -> None:
         docs, comparisons = outcome.documents, outcome.comparisons
-        baselines = self._baselines(comparisons)
-        writers = (
-            (self.options.markdown, lambda: markdown_report(docs, comparisons)),
-            (self.options.html, lambda: html_report(docs, comparisons, baselines=baselines)),
-            (self.options.json, lambda: json_report(docs, comparisons)),
+        baselines = comparison_baselines(self.store, comparisons)
+        write_reports(
+            outcome.lines, outcome.errors,
+            ((self.options.markdown, lambda: markdown_report(docs, comparisons)),
+             (self.options.html, lambda: html_report(docs, comparisons, baselines=baselines)),
+             (self.options.json, lambda: json_report(docs, comparisons))),
+            self.options.step_summary, lambda: markdown_report(docs, comparisons),
         )
-        for path, render in writers:
-            if path is not None:
-                self._write(outcome, path, render())
-        if self.options.step_summary is not None:
+
+
+def comparison_baselines(store: RunStore, comparisons: Sequence[Comparison]) -> list[RunDocument]:
+    """The baselines the comparisons used, for the plots' grey curves."""
+    found = []
+    for comparison in comparisons:
+        if comparison.old_run_id and comparison.comparable:
             try:
-                with open(self.options.step_summary, "a", encoding="utf-8") as summary:
-                    summary.write(markdown_report(docs, comparisons) + "\n")
-            except OSError as exc:
-                outcome.errors.append(f"cannot append to ${STEP_SUMMARY_ENV} ({self.options.step_summary}): {exc}")
+                found.append(store.resolve(comparison.old_run_id))
+            except StorageError:
+                pass  # the comparison itself already read it; a report can do without
+    return found
 
-    def _baselines(self, comparisons: Sequence[Comparison]) -> list[RunDocument]:
-        found = []
-        for comparison in comparisons:
-            if comparison.old_run_id and comparison.comparable:
-                try:
-                    found.append(self.store.resolve(comparison.old_run_id))
-                except StorageError:
-                    pass  # the comparison itself already read it; a report can do without
-        return found
 
-    @staticmethod
-    def _write(outcome: GateOutcome, path: Path, text: str) -> None:
+def write_reports(lines: list[str], errors: list[str], targets: Iterable[tuple[Path | None, Callable[[], str]]],
+                  step_summary: Path | None, summary: Callable[[], str]) -> None:
+    """Write each asked-for report atomically (the one list of report writers, shared by the pytest gate
+    and the fleet), and append the Markdown to the CI job summary; a failed write is an error line."""
+    for path, render in targets:
+        if path is None:
+            continue
         try:
-            atomic_write_text(path, text)
+            atomic_write_text(path, render())
         except OSError as exc:
-            outcome.errors.append(f"cannot write the report {path}: {exc.strerror or exc}")
-            return
-        outcome.lines.append(f"gpuenergy: wrote {path}")
+            errors.append(f"cannot write the report {path}: {exc.strerror or exc}")
+            continue
+        lines.append(f"gpuenergy: wrote {path}")
+    if step_summary is not None:
+        try:
+            with open(step_summary, "a", encoding="utf-8") as handle:
+                handle.write(summary() + "\n")
+        except OSError as exc:
+            errors.append(f"cannot append to ${STEP_SUMMARY_ENV} ({step_summary}): {exc}")
 
 
 def step_summary_path() -> Path | None:
