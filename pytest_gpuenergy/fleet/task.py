@@ -108,8 +108,10 @@ def run_suite(spec: TaskSpec, node: dict[str, Any], *, workdir: str | None = Non
         storage, log, progress = tmp / "runs", tmp / "pytest.log", tmp / "progress"
         env = {**task_env(spec, os.environ), PROGRESS_ENV: str(progress)}
         with open(log, "wb") as out:
+            # Its own process group: Ray kills a dead worker's group with SIGKILL, which would race the
+            # session's restore; the session gets SIGTERM from PR_SET_PDEATHSIG instead and restores.
             proc = subprocess.Popen(pytest_command(spec, storage, os.getpid()), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=workdir)
+                                    stdin=subprocess.DEVNULL, env=env, cwd=workdir, start_new_session=True)
         try:
             while True:
                 try:
