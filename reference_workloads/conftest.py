@@ -33,21 +33,22 @@ def _setting(config: pytest.Config, name: str, default: str) -> str:
     return config.getoption(name) or config.getini(name) or default
 
 
+def _size_setting(config: pytest.Config, name: str, default: str) -> str:
+    size = _setting(config, name, default)
+    if size not in ("tiny", "full"):
+        raise pytest.UsageError(f"{name} = {size!r}: choose tiny or full")
+    return size
+
+
 @pytest.fixture(scope="session")
 def workload_size(pytestconfig: pytest.Config) -> str:
-    size = _setting(pytestconfig, "workload_size", "tiny")
-    if size not in ("tiny", "full"):
-        raise pytest.UsageError(f"workload_size = {size!r}: choose tiny or full")
-    return size
+    return _size_setting(pytestconfig, "workload_size", "tiny")
 
 
 @pytest.fixture(scope="session")
 def workload_sim_size(pytestconfig: pytest.Config) -> str:
     """On the simulator: the size whose GPU work the steps declare (full by default)."""
-    size = _setting(pytestconfig, "workload_sim_size", "full")
-    if size not in ("tiny", "full"):
-        raise pytest.UsageError(f"workload_sim_size = {size!r}: choose tiny or full")
-    return size
+    return _size_setting(pytestconfig, "workload_sim_size", "full")
 
 
 @pytest.fixture(scope="session")

@@ -16,12 +16,16 @@ from pytest_gpuenergy.sim.nvml import SimulatedNvml
 from pytest_gpuenergy.sim.roofline import GpuWork
 
 
-@pytest.fixture
-def nvml(sim_state):
-    lib = SimulatedNvml(clock="wall")
+def _started(clock: str):
+    lib = SimulatedNvml(clock=clock)
     lib.nvmlInit()
     yield lib
     lib.nvmlShutdown()
+
+
+@pytest.fixture
+def nvml(sim_state):
+    yield from _started("wall")
 
 
 def test_it_answers_like_pynvml(nvml):
@@ -85,10 +89,7 @@ def test_the_counter_is_published_every_100_ms(nvml):
 @pytest.fixture
 def virtual(sim_state):
     """The simulator on its virtual clock with declared work: figures that no host load can move."""
-    lib = SimulatedNvml(clock="virtual")
-    lib.nvmlInit()
-    yield lib
-    lib.nvmlShutdown()
+    yield from _started("virtual")
 
 
 COMPUTE_STEP = GpuWork(flops_tf32=2e14, bytes=1e9, kernels=50)       # about 0.3 s on an H100 at 700 W
