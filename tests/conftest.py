@@ -7,7 +7,6 @@ other's limits or energy counters, and never touch the user's own simulated mach
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,20 @@ import pytest
 # power caps, and `auto` would pick NVML there. A test that wants NVML says --gpu-backend=nvml (and
 # stands the simulator in for the library, see test_plugin_core.py).
 os.environ["GPUENERGY_BACKEND"] = "sim"
+
+# Every pytest these tests start (pytester's, `gpuenergy tune`'s, the fleet's, torchrun's) would load
+# hypothesis's pytest plugin, which imports all of hypothesis: 0.5 s of a 0.9 s start, paid by each of
+# the suite's ~200 child sessions and xdist workers. The sessions under test never use hypothesis
+# (only test_fuzz_inputs.py does, in this process), so their pytest leaves it out.
+CHILD_PYTEST_ADDOPTS = "-p no:hypothesispytest"
+os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {CHILD_PYTEST_ADDOPTS}".strip()
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's own fixture, whose sessions also leave hypothesis out (pytester clears PYTEST_ADDOPTS)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_PYTEST_ADDOPTS)
+    return pytester
 
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_SEED",
            "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
@@ -47,9 +60,20 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def gpu_info(*extra: str) -> list[dict]:
-    """``gpuenergy info --json --gpu-backend=sim``, parsed."""
-    return json.loads(run_cli("info", "--json", "--gpu-backend=sim", *extra).stdout)
+def gpu_info() -> list[dict]:
+    """The rows ``gpuenergy info --json --gpu-backend=sim`` prints, read in this process.
+
+    The same function builds them as the command does, from a backend opened and closed here: a
+    check of a GPU's state costs no process start (the command itself is tested on its own).
+    """
+    from pytest_gpuenergy.cli.main import gpu_rows
+    from pytest_gpuenergy.gpu.device import open_backend
+
+    backend = open_backend("sim")
+    try:
+        return gpu_rows(backend)
+    finally:
+        backend.close()
 
 
 def spin(seconds: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 
@@ -140,7 +141,8 @@ def test_a_cap_that_does_not_take_effect_is_an_error(pytester, sim_state, monkey
 
 def test_gpuenergy_info_json_has_the_fixed_keys(sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "A100,T4")
-    rows = gpu_info()
+    rows = json.loads(run_cli("info", "--json", "--gpu-backend=sim").stdout)    # the command, as scripts run it
+    assert rows == gpu_info()                                                  # the tests' in-process reading
     fixed = {"index", "name", "uuid", "backend", "current_limit_w", "default_limit_w", "min_limit_w", "max_limit_w"}
     assert all(fixed <= set(row) for row in rows)
     assert [(r["index"], r["backend"], r["default_limit_w"], r["min_limit_w"], r["max_limit_w"]) for r in rows] == [
