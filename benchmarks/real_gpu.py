@@ -83,10 +83,11 @@ def update_period_s(samples: list[tuple[float, int]]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def counter_vs_sampling(gpu: Any, work: Callable[[float], None], seconds: float) -> dict[str, Any]:
-    energy_thread, energy = in_background(lambda: poll(gpu.energy_mj, seconds + 1.0))
-    power_thread, power = in_background(lambda: poll(gpu.power_mw, seconds + 1.0, 0.005))
-    time.sleep(0.5)
+def counter_vs_sampling(gpu: Any, work: Callable[[float], None], seconds: float, margin_s: float = 0.5) -> dict[str, Any]:
+    """The readers start ``margin_s`` before the work and stop ``margin_s`` after it."""
+    energy_thread, energy = in_background(lambda: poll(gpu.energy_mj, seconds + 2 * margin_s))
+    power_thread, power = in_background(lambda: poll(gpu.power_mw, seconds + 2 * margin_s, 0.005))
+    time.sleep(margin_s)
     work(seconds)
     energy_thread.join()
     power_thread.join()
@@ -157,7 +158,7 @@ def until(stop: threading.Event, action: Callable[[], Any]) -> None:
 
 
 def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...],
-                    per_length: int) -> list[dict]:
+                    per_length: int, settle_s: float = 1.5) -> list[dict]:
     """Short ``with meter:`` windows inside steady work (and on an idle GPU) against the long-run power.
 
     While the GPU's power is steady, a window's true ETS is that power times its length, wherever the
@@ -180,7 +181,7 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
             threads.append(threading.Thread(target=until, args=(stop, lambda: work(0.05)), daemon=True))
         for thread in threads:
             thread.start()
-        time.sleep(1.5)                       # steady power (clocks up, or settled back to idle)
+        time.sleep(settle_s)                  # steady power (clocks up, or settled back to idle)
         windows = []
         for _ in range(per_length):
             for length in lengths:
@@ -263,32 +264,32 @@ def main() -> None:
           f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
     try:
         work = steady_work(args.device)
-        steady_s = 1.0 if args.smoke else 3.0 if args.quick else args.steady_s
-        comparison = counter_vs_sampling(gpu, work, steady_s)
+        steady_s = 0.6 if args.smoke else 3.0 if args.quick else args.steady_s
+        comparison = counter_vs_sampling(gpu, work, steady_s, margin_s=0.25 if args.smoke else 0.5)
         common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
                            title=f"Energy counter against integrated power over {steady_s:g} s of steady work")
         rows = repeatability(backend, gpu, args.size, args.device, 2 if args.smoke else 3 if args.quick else 5,
-                             0.2 if args.smoke else 0.5 if args.quick else 2.0,
+                             0.1 if args.smoke else 0.5 if args.quick else 2.0,
                              WORKLOADS[-1:] if args.smoke else WORKLOADS)
         common.print_table(["workload", "reps", "calls", "ETS J", "CV", "T s/step", "P W", "method"],
                            [[r["workload"], r["repetitions"], r["calls"], r["ets_j_mean"], common.pct(r["ets_cv"], 2),
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
         windows = window_accuracy(backend, gpu, work, (0.05, 0.2) if args.smoke else (0.05, 0.1, 0.2, 0.5, 1.0),
-                                  2 if args.smoke else 3 if args.quick else 8)
+                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.3 if args.smoke else 1.5)
         common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
                             for r in windows],
                            title="Short windows against the long-run power (steady work, and idle)")
-        costs = read_costs(backend, gpu)
+        costs = read_costs(backend, gpu, *((200, 4) if args.smoke else (2000, 12)))
         common.print_table(["figure", "value"], [
             ["energy counter read, median / p99 us", f"{costs['energy_read']['median_us']:.0f} / {costs['energy_read']['p99_us']:.0f}"],
             ["power read, median / p99 us", f"{costs['power_read']['median_us']:.1f} / {costs['power_read']['p99_us']:.1f}"],
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
-        over = overhead(backend, gpu, work, (0.3,) if args.smoke else (1.0,) if args.quick else (1.0, 10.0),
+        over = overhead(backend, gpu, work, (0.1,) if args.smoke else (1.0,) if args.quick else (1.0, 10.0),
                         2 if args.smoke else 3 if args.quick else 5)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
