@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "suite_time")
+SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "suite_time", "compare_scaling")
 
 
 def goal_lines(results: Path, quick: bool) -> list[str]:
@@ -53,6 +53,11 @@ def goal_lines(results: Path, quick: bool) -> list[str]:
         goal = suite["goal"]
         lines.append(f"main job: the plugin adds {goal['plugin_share_of_workloads']:.1%} on top of the workloads "
                      f"(goal <= 10 %): {'met' if goal['met'] else 'NOT MET'}")
+    scaling = load("compare_scaling")
+    if scaling:
+        widest = max(scaling["rows"], key=lambda r: (r["cases"], r["cpu_s"]))
+        lines.append(f"comparison: {widest['cases']} cases in {widest['cpu_s']:.1f} s of CPU, {widest['ratio_to_smallest']:.1f}x "
+                     f"the CPU of {widest['cases_ratio']:.0f}x fewer cases (linear: about {widest['cases_ratio']:.0f}x)")
     return lines
 
 

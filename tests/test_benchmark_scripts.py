@@ -67,11 +67,14 @@ def test_run_all_summarises_the_goals_met_and_missed(tmp_path):
         ],
     })
     write("suite_time", {"goal": {"plugin_share_of_workloads": 0.04, "met": True}})
+    write("compare_scaling", {"rows": [{"cases": 1250, "cpu_s": 0.3, "ratio_to_smallest": 1.0, "cases_ratio": 1.0},
+                                       {"cases": 10000, "cpu_s": 2.6, "ratio_to_smallest": 8.7, "cases_ratio": 8.0}]})
     lines = run_all.goal_lines(tmp_path, quick=True)
     assert ("meter overhead, counter (simulated), regions >= 1 s: worst estimate 0.10% (goal <= 0.5 %): met; "
             "direct measurement: 1 undecided") in lines
     assert any(line.startswith("meter overhead, sampling") and "NOT MET; direct measurement: 1 missed" in line for line in lines)
     assert "main job: the plugin adds 4.0% on top of the workloads (goal <= 10 %): met" in lines
+    assert "comparison: 10000 cases in 2.6 s of CPU, 8.7x the CPU of 8x fewer cases (linear: about 8x)" in lines
 
 
 def test_run_all_rejects_an_unknown_benchmark():
