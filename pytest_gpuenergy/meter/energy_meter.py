@@ -40,6 +40,8 @@ _WAIT_PERIODS = 6                # how many publication periods to wait for the 
 _ALIGN_MARGIN_S = 0.0005         # measure() starts this long (plus the lattice's error) after a tick
 CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
                  "figure varies with the host (declare it: pytest_gpuenergy.sim.declare_work, or energy(work=...))")
+NO_TIME_NOTE = ("simulated GPU work: the region took no time: work was declared earlier in this test, and from then on "
+                "only declared work runs on the simulated GPU (declare the work of these calls too)")
 _PLANNED_CALL_SHARE = 0.1        # calls longer than this share of a period are planned to end on a tick
 _DURATION_ERROR = 0.005          # how far a planned region's predicted duration may be off
 _LEARNING_WAIT_S = 1.0           # how long measure() lets a new recorder learn the lattice before its first region
@@ -151,7 +153,7 @@ class EnergyMeter:
         if any(r.coarse for r in readings):
             warnings.warn(_coarse_warning(region, readings), EnergyMeasurementWarning, stacklevel=2)
         notes = [n for r in readings for n in r.notes]
-        self._record(region, [[_repetition(r, region.duration, 1)] for r in readings], notes)
+        self._record(region, [[_per_call(r, region.duration, 1)] for r in readings], notes)
 
     def measure(
         self,
@@ -208,7 +210,7 @@ class EnergyMeter:
         notes: set[str] = set()
         for region in finished:
             for slot, reading in zip(per_gpu, region.readings):
-                slot.append(_repetition(reading, region.duration, region.calls))
+                slot.append(_per_call(reading, region.duration, region.calls))
                 notes.update(reading.notes)
         self._note_region(finished[-1])
         return self._record(finished[-1], per_gpu, sorted(notes))
@@ -267,7 +269,7 @@ class EnergyMeter:
             done += calls
             self.backend.synchronize()
             elapsed_s = self._agree(clock() - region.t0)
-            if elapsed_s >= at_least_s:
+            if elapsed_s >= at_least_s or elapsed_s <= 0:     # 0: calls that move no clock, more cannot help
                 break
             calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
         return done + self._finish_on_a_tick(region, fn, args, kwargs, (clock() - region.t0) / done)
@@ -277,8 +279,8 @@ class EnergyMeter:
         """Short calls: go on calling until just after the next publication, in shrinking batches
         (a long batch overshoots when calls slow down), so the region's tail is a call or less."""
         lattice = region.aligned_to
-        if lattice is None or self._group is not None or one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
-            return 0
+        if lattice is None or self._group is not None or not 0 < one_call_s <= _PLANNED_CALL_SHARE * lattice.period_s:
+            return 0            # (0: calls that move no clock, on a simulated GPU with nothing to do, reach no tick)
         clock = self.backend.clock
         after = lattice.next_tick_after(clock()) + lattice.error_at(clock()) + _ALIGN_MARGIN_S
         extra = 0
@@ -434,6 +436,8 @@ class _Region:
                 continue
             if self.work_source == "cpu-time":
                 reading.notes.append(CPU_TIME_NOTE)
+            elif self.work_source == "declared" and self.t1 <= self.t0:
+                reading.notes.append(NO_TIME_NOTE)
             if pids:
                 reading.notes.append(
                     f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
@@ -524,16 +528,8 @@ def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: 
     return best[1], best[2]
 
 
-def _repetition(reading: RegionEnergy, duration_s: float, calls: int) -> Repetition:
-    return Repetition(
-        ets_j=reading.ets_j / calls,
-        time_s=duration_s / calls,
-        mean_power_w=reading.ets_j / duration_s if duration_s > 0 else math.nan,
-        peak_power_w=reading.peak_power_w,
-        calls=calls,
-        ets_low_j=reading.low_j / calls,
-        ets_high_j=reading.high_j / calls,
-    )
+def _per_call(reading: RegionEnergy, duration_s: float, calls: int) -> Repetition:
+    return Repetition.of_region(reading.ets_j, reading.low_j, reading.high_j, reading.peak_power_w, duration_s, calls)
 
 
 def _coarse_warning(region: _Region, readings: Sequence[RegionEnergy]) -> str:
@@ -588,8 +584,8 @@ def _current_limits(gpus: Sequence[Gpu]) -> CapContext:
 
 
 def _calls_for(target_s: float, one_call_s: float) -> int:
-    if one_call_s <= 0:
-        return 1000
+    if one_call_s <= 0:      # a call that moves no clock (a simulated GPU with nothing to do): more calls cannot help
+        return 1
     return max(1, math.ceil(target_s * 1.05 / one_call_s))
 
 

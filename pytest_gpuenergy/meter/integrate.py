@@ -197,7 +197,9 @@ def counter_energy(
     if len(inside) < 2:
         notes.append(f"region of {duration * 1000:.0f} ms spans fewer than 2 publications of the energy counter: "
                      f"its ETS is interpolated through those around it and coarse (the truth lies in its bound)")
-    return RegionEnergy(estimate_j, low_j, high_j, peak_w if math.isfinite(peak_w) else mean_w,
+    # The peak is at least the region's mean, and never more than the GPU can draw.
+    peak_w = max((w for w in (peak_w, mean_w) if math.isfinite(w)), default=math.nan)
+    return RegionEnergy(estimate_j, low_j, high_j, min(peak_w, ceiling_w) if math.isfinite(peak_w) else peak_w,
                         coarse=len(inside) < 2, notes=notes)
 
 
@@ -269,7 +271,7 @@ def _around_estimate(
     power_before_w = _power_between(before[-2], start) if len(before) >= 2 else span_power_w
     power_after_w = _power_between(end, after[1]) if len(after) >= 2 else span_power_w
     estimate_j = span_j - power_before_w * max(t0 - start.when, 0.0) - power_after_w * max(end.when - t1, 0.0)
-    return estimate_j, max(span_power_w, estimate_j / max(t1 - t0, 1e-9))
+    return estimate_j, span_power_w         # the peak: the caller raises it to the region's mean, once bounded
 
 
 def _power_between(a: Publication, b: Publication) -> float:

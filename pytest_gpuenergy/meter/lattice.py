@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 NOMINAL_PERIOD_S = 0.1           # NVML's documented counter update period, until observed
 _WINDOW_S = 30.0                 # brackets older than this are forgotten (clocks drift microseconds a second)
@@ -59,6 +59,9 @@ class Lattice:
     period_range_s: tuple[float, float]             # the periods every pair of brackets allows
     numbered: tuple[tuple[float, float, int], ...]  # (after, before, tick number) of each bracket; empty: inconsistent
     brackets: int
+    # error_at's answer per tick number: the integration asks it for every read, many per tick
+    # (filling it from two threads at once writes the same values).
+    _errors: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def tick_at(self, index: int) -> float:
         return self.phase_s + index * self.period_s
@@ -75,6 +78,12 @@ class Lattice:
         if len(self.numbered) < 2:
             return math.inf
         k = round((moment - self.phase_s) / self.period_s)
+        error = self._errors.get(k)
+        if error is None:
+            error = self._errors[k] = self._error_of_tick(k)
+        return error
+
+    def _error_of_tick(self, k: int) -> float:
         period_low, period_high = self.period_range_s
         low, high = -math.inf, math.inf
         for after, before, k_i in self.numbered:

@@ -36,6 +36,14 @@ class Repetition:
     def edp_js(self) -> float:
         return self.ets_j * self.time_s
 
+    @classmethod
+    def of_region(cls, ets_j: float, low_j: float, high_j: float, peak_power_w: float, duration_s: float,
+                  calls: int) -> Repetition:
+        """A region's figures (its energy, bound and length) per call of the measured function."""
+        return cls(ets_j=ets_j / calls, time_s=duration_s / calls,
+                   mean_power_w=ets_j / duration_s if duration_s > 0 else math.nan, peak_power_w=peak_power_w,
+                   calls=calls, ets_low_j=low_j / calls, ets_high_j=high_j / calls)
+
 
 @dataclass(frozen=True)
 class Summary:
