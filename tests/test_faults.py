@@ -152,7 +152,7 @@ CONCURRENT_TESTS = textwrap.dedent(
     @pytest.mark.parametrize("n", range(4))
     def test_capped(gpu_power_cap, n):
         start = time.time()
-        time.sleep(0.2)
+        time.sleep(0.1)
         assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w   # nobody changed it meanwhile
         with open("intervals.jsonl", "a") as log:
             log.write(json.dumps([start, time.time(), os.getpid(), gpu_power_cap.label]) + "\\n")
@@ -206,18 +206,20 @@ def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester, sim_s
 
 
 def test_another_process_on_the_gpu_is_named(pytester, sim_state):
+    ready = pytester.path / "hog-ready"
     hog = subprocess.Popen([sys.executable, "-c", textwrap.dedent(
-        """
-        import time
+        f"""
+        import pathlib, time
         from pytest_gpuenergy.sim.nvml import SimulatedNvml
         n = SimulatedNvml(); n.nvmlInit()
+        pathlib.Path({str(ready)!r}).write_text("")
         end = time.time() + 20
         while time.time() < end:
             pass
         """
     )])
     try:
-        time.sleep(1.0)
+        wait_for(ready)
         pytester.makepyfile(test_s=textwrap.dedent(
             """
             import time
@@ -317,7 +319,7 @@ DEAD_CAPPER = textwrap.dedent(
     BY_TIMEOUT = os.environ.get("DIE_BY") == "timeout"
 
     @pytest.mark.gpu_caps(300)
-    @pytest.mark.timeout(2 if BY_TIMEOUT else 0, method="thread")   # the thread method ends the process
+    @pytest.mark.timeout(1 if BY_TIMEOUT else 0, method="thread")   # the thread method ends the process
     def test_dies_capped(gpu_power_cap):
         pathlib.Path("capped").write_text(str(os.getpid()))
         if BY_TIMEOUT:

@@ -38,7 +38,7 @@ from ..errors import (
     PowerLimitWarning,
 )
 from ..runs.validation import shown
-from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, PowerLimits, retry_transient
+from .device import RETRY_ATTEMPTS, Gpu, PowerLimits, retry_transient
 from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
 from .signals import signals_held
@@ -261,7 +261,7 @@ class PowerCapper:
     def _set(gpu: Gpu, limits: PowerLimits, target_mw: int) -> int:
         """Set the cap and return what the GPU enforces; every failure is an error naming the GPU."""
         try:
-            enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw))
+            enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw), gpu.retry_backoff_s)
         except pynvml.NVMLError_NoPermission:
             raise CapPermissionError(
                 f"not allowed to set the power limit of {gpu.label}: NVML needs root (CAP_SYS_ADMIN) for "
@@ -348,7 +348,7 @@ def _warn_taken_over(gpu: Gpu, left: JournalEntry, current_mw: int) -> None:
 
 def _read_limits(gpu: Gpu) -> PowerLimits:
     try:
-        return retry_transient(gpu.limits)
+        return retry_transient(gpu.limits, gpu.retry_backoff_s)
     except pynvml.NVMLError_GpuIsLost:
         raise gpu.lost_error() from None
     except pynvml.NVMLError as exc:
@@ -359,7 +359,7 @@ def _restore_one(gpu: Gpu, previous: int) -> str | None:
     last_problem = ""
     for attempt in range(RETRY_ATTEMPTS):
         if attempt:
-            time.sleep(RETRY_BACKOFF_S * attempt)
+            time.sleep(gpu.retry_backoff_s * attempt)
         try:
             if gpu.current_limit_mw() == previous or gpu.set_limit_mw(previous) == previous:
                 return None

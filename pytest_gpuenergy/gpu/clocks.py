@@ -34,7 +34,7 @@ import pynvml
 from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, LimitChangeError, LimitRestoreError
 from ..runs.validation import shown
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
-from .device import RETRY_ATTEMPTS, RETRY_BACKOFF_S, Gpu, retry_transient
+from .device import RETRY_ATTEMPTS, Gpu, retry_transient
 from .locks import holding, lock_paths
 from .signals import signals_held
 
@@ -297,7 +297,7 @@ class ClockCapper:
 
 def _read(gpu: Gpu, reading):
     try:
-        return retry_transient(lambda: reading(gpu))
+        return retry_transient(lambda: reading(gpu), gpu.retry_backoff_s)
     except pynvml.NVMLError_GpuIsLost:
         raise gpu.lost_error() from None
     except pynvml.NVMLError as exc:
@@ -315,7 +315,7 @@ def _target_mhz(spec: ClockSpec, gpu: Gpu, found: ClockRange) -> int:
 
 def _set(gpu: Gpu, lock: tuple[int, int]) -> None:
     try:
-        retry_transient(lambda: put_lock(gpu, lock))
+        retry_transient(lambda: put_lock(gpu, lock), gpu.retry_backoff_s)
     except pynvml.NVMLError_NoPermission:
         raise CapPermissionError(
             f"not allowed to lock the SM clock of {gpu.label}: NVML needs root (CAP_SYS_ADMIN) for that. Run "
@@ -332,7 +332,7 @@ def _restore_one(gpu: Gpu, previous: tuple[int, int] | None) -> str | None:
     last_problem = ""
     for attempt in range(RETRY_ATTEMPTS):
         if attempt:
-            time.sleep(RETRY_BACKOFF_S * attempt)
+            time.sleep(gpu.retry_backoff_s * attempt)
         try:
             put_lock(gpu, previous)
             readable, now = read_lock(gpu)

@@ -23,12 +23,15 @@ from ..fileio import user_state_dir
 BACKEND_CHOICES = ("auto", "nvml", "sim")
 RETRY_ATTEMPTS = 4
 RETRY_BACKOFF_S = 0.2
+# The simulator's faults come and go with the number of calls, not with time: there is no busy
+# driver to wait for, so its retries pause only briefly (the tests of every fault path stay quick).
+SIM_RETRY_BACKOFF_S = 0.01
 # Errors worth another try (a busy driver); others (no permission, bad argument) will not change.
 TRANSIENT_ERRORS = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
 _T = TypeVar("_T")
 
 
-def retry_transient(action: Callable[[], _T]) -> _T:
+def retry_transient(action: Callable[[], _T], backoff_s: float = RETRY_BACKOFF_S) -> _T:
     """``action()``, tried again with a growing pause after a transient NVML error."""
     for attempt in range(RETRY_ATTEMPTS):
         try:
@@ -36,7 +39,7 @@ def retry_transient(action: Callable[[], _T]) -> _T:
         except TRANSIENT_ERRORS:
             if attempt == RETRY_ATTEMPTS - 1:
                 raise
-            time.sleep(RETRY_BACKOFF_S * (attempt + 1))
+            time.sleep(backoff_s * (attempt + 1))
     raise AssertionError("unreachable")
 
 
@@ -69,6 +72,7 @@ class Gpu:
         self.index = index
         self.backend = backend
         self.simulated = backend == "sim"
+        self.retry_backoff_s = SIM_RETRY_BACKOFF_S if self.simulated else RETRY_BACKOFF_S
         self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
         self.name = _text(nvml.nvmlDeviceGetName(self.handle))
         self.uuid = _text(nvml.nvmlDeviceGetUUID(self.handle))

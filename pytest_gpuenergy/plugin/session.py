@@ -113,7 +113,7 @@ class EnergySession:
                 for outcome in journal.repair(self.backend):
                     if outcome.action in ("restored", "failed", "changed-since"):
                         self.repairs.append(outcome.message)
-        self.limits = {gpu.uuid: retry_transient(gpu.limits) for gpu in self.gpus}
+        self.limits = {gpu.uuid: retry_transient(gpu.limits, gpu.retry_backoff_s) for gpu in self.gpus}
 
     def finish(self, *, repair: bool = False) -> list[str]:
         """Restore anything still capped (a safety net behind the fixture); returns problems.
