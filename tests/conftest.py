@@ -6,7 +6,9 @@ other's limits or energy counters, and never touch the user's own simulated mach
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
 import subprocess
 import sys
@@ -58,6 +60,20 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"gpuenergy {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """``gpuenergy ARGS`` run by its ``main`` in this process: what it prints and returns, as
+    :func:`run_cli` gives it, without a process start (for tests of many inputs to one command)."""
+    from pytest_gpuenergy.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:          # argparse's usage errors
+            code = stop.code if isinstance(stop.code, int) else 2
+    return subprocess.CompletedProcess(["gpuenergy", *args], code, out.getvalue(), err.getvalue())
 
 
 def gpu_info() -> list[dict]:

@@ -12,7 +12,7 @@ from energy_factories import make_doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli, spin_source
+from conftest import cli_in_process, run_cli, spin_source
 from pytest_gpuenergy.errors import SettingError, StorageError
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.gate.settings import check_confidence
@@ -92,7 +92,7 @@ def test_a_damaged_run_document_is_one_line_naming_the_file_and_what_is_wrong(tm
     text = str(info.value)
     assert text.startswith(f"{bad}: ") and "\n" not in text and len(text) < 400
     for old, new in ((good, bad), (bad, good)):
-        proc = run_cli("compare", str(old), str(new), "--fail", "ets:5%", check=False)
+        proc = cli_in_process("compare", str(old), str(new), "--fail", "ets:5%")
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.startswith(f"gpuenergy compare: error: {bad}: ") and proc.stderr.count("\n") == 1
     assert bad.read_bytes() == before
