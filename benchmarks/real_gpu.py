@@ -158,7 +158,7 @@ def until(stop: threading.Event, action: Callable[[], Any]) -> None:
 
 
 def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...],
-                    per_length: int, settle_s: float = 1.5) -> list[dict]:
+                    per_length: int, settle_s: float = 1.5, phases: tuple[str, ...] = ("busy", "idle")) -> list[dict]:
     """Short ``with meter:`` windows inside steady work (and on an idle GPU) against the long-run power.
 
     While the GPU's power is steady, a window's true ETS is that power times its length, wherever the
@@ -172,7 +172,7 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
 
     meter = EnergyMeter(backend, [gpu])
     rows = []
-    for phase in ("busy", "idle"):
+    for phase in phases:
         stop = threading.Event()
         counter: list[tuple[float, int]] = []
         threads = [threading.Thread(target=until, args=(stop, lambda: (counter.append((time.perf_counter(), gpu.energy_mj())),
@@ -243,8 +243,8 @@ def main() -> None:
     p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
     p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
     p.add_argument("--smoke", action="store_true",
-                   help="the shortest run that exercises every part (the project's tests use it with --backend sim); "
-                        "its figures are too few to quote")
+                   help="the shortest run that exercises every part (the short windows in steady work only; the project's "
+                        "tests use it with --backend sim); its figures are too few to quote")
     args = p.parse_args()
     if args.smoke:
         args.quick = True
@@ -276,7 +276,8 @@ def main() -> None:
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
         windows = window_accuracy(backend, gpu, work, (0.05, 0.2) if args.smoke else (0.05, 0.1, 0.2, 0.5, 1.0),
-                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.3 if args.smoke else 1.5)
+                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.3 if args.smoke else 1.5,
+                                  phases=("busy",) if args.smoke else ("busy", "idle"))
         common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]

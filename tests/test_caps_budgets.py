@@ -53,6 +53,10 @@ def test_budget_specificity_and_matching():
     assert select_budget([any_gpu, by_cap], "Tesla V100", 200_000, H100) is by_cap
     assert select_budget([any_gpu, by_cap], "Tesla V100", 300_000, H100) is any_gpu
     assert select_budget([by_both], "Tesla V100", 420_000, H100) is None
+    # Among equally specific budgets the first listed wins (a marker put first overrides a file's).
+    tighter = budget_from_marker((), {"gpu": "H100", "cap": "60%", "ets": 1e-6})
+    assert select_budget([tighter, *budgets], name, 420_000, H100) is tighter
+    assert select_budget([*budgets, tighter], name, 420_000, H100) is by_both
 
 
 def test_budget_check_reports_every_figure_over():

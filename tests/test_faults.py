@@ -345,8 +345,9 @@ def _ends_at_the_original(pytester, sim_state) -> None:
     assert "nothing to restore" in run_cli("restore", "--gpu-backend=sim").stdout
 
 
-@pytest.mark.parametrize("next_cap", ["250", "300"])
-@pytest.mark.parametrize("die_by", ["sigkill", "timeout"])
+# Each way of dying, each next cap (another, and the dead capper's own: the case where a wrong
+# "previous" limit could pass unseen); the same cap after both deaths.
+@pytest.mark.parametrize(("die_by", "next_cap"), [("sigkill", "250"), ("sigkill", "300"), ("timeout", "300")])
 def test_an_xdist_worker_that_dies_capped_leaves_the_next_test_the_original_limit(pytester, sim_state, die_by, next_cap):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_d=DEAD_CAPPER)
