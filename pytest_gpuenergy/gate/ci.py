@@ -16,9 +16,6 @@ from typing import Any
 from ..errors import StorageError
 from ..fileio import atomic_write_text
 from ..meter.results import EnergyResult
-from ..reports.html import html_report
-from ..reports.json_report import json_report
-from ..reports.markdown import markdown_report
 from ..runs.records import RunDocument
 from ..runs.store import LATEST, RunStore, build_documents
 from .compare import baseline_comparison
@@ -106,6 +103,12 @@ class EnergyGate:
             outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
 
     def _write_reports(self, outcome: GateOutcome) -> None:
+        # The report writers are imported here: most sessions write none, and every pytest run
+        # (with the plugin installed) would pay for importing them at start.
+        from ..reports.html import html_report
+        from ..reports.json_report import json_report
+        from ..reports.markdown import markdown_report
+
         docs, comparisons = outcome.documents, outcome.comparisons
         baselines = comparison_baselines(self.store, comparisons)
         write_reports(

@@ -23,9 +23,6 @@ from ..gpu import signals
 from ..gpu.capping import CapSpec, PowerCap, parse_caps
 from ..gpu.placement import Placement, check_wanted
 from ..meter import EnergyMeter
-from ..reports.digest import Skipped, skipped_groups
-from ..reports.terminal import session_lines, tables_for, wrap
-from ..runs.provenance import collect_commit_info, collect_machine_info
 from ..runs.validation import bounded_number, shown
 from ..sim.nvml import SEED_ENV
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
@@ -363,6 +360,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gate = config.stash.get(_GATE_KEY, None)
     if gate is None or energy.backend is None:
         return
+    from ..runs.provenance import collect_commit_info, collect_machine_info  # (only a session that measured needs them)
+
     outcome = gate.finish(
         [(case_id, record.merged) for case_id, record in sorted(energy.cases.items())],
         machine=collect_machine_info(energy.backend, energy.gpus),
@@ -389,6 +388,8 @@ class _SkippedCaps:
             return
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        from ..reports.digest import Skipped
+
         self.config.stash.setdefault(_SKIPPED_KEY, []).append(Skipped(report.nodeid, str(cap), str(reason)))
 
 
@@ -421,6 +422,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     session = config.stash.get(SESSION_KEY, None)
     if session is None or not session.cases or not session.placement.reports:
         return
+    from ..reports.digest import skipped_groups  # the reports' modules: only for a session that measured
+    from ..reports.terminal import session_lines, tables_for, wrap
+
     terminalreporter.section("gpu energy")
     width = config.get_terminal_writer().fullwidth
     outcome = config.stash.get(_OUTCOME_KEY, None)
