@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from energy_factories import make_doc
 
-from conftest import gpu_info, run_cli
+from conftest import cli_in_process, gpu_info, run_cli
 from pytest_gpuenergy.errors import UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_text
 from pytest_gpuenergy.gpu.device import open_backend
@@ -76,12 +76,12 @@ def test_a_damaged_journal_entry_is_one_line_naming_the_file_never_an_internal_e
     }[damage]
     path.write_text(damaged)
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
-    result = pytester.runpytest_subprocess("--gpu-caps=250")
+    result = pytester.runpytest("--gpu-caps=250")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.str().splitlines() if line.strip()]
     assert len(errors) == 1 and "INTERNALERROR" not in result.stderr.str(), result.stderr.str()
     assert str(path) in errors[0] and "unreadable" in errors[0] and "delete the file" in errors[0]
-    restore = run_cli("restore", "--gpu-backend=sim", check=False)
+    restore = cli_in_process("restore", "--gpu-backend=sim")
     assert restore.returncode == 2 and restore.stderr.count("\n") == 1 and str(path) in restore.stderr
     assert limit_w() == 700.0 and path.read_text() == damaged
 
