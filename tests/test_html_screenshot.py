@@ -1,23 +1,22 @@
 """The HTML report opens in headless Chromium: the regression is on the first screen, nothing overflows.
 
-The screenshot is decoded here (a minimal PNG reader on zlib, no Pillow needed) and its pixels
-are located: the regressed row's red background sits in the first screen at 1400 px and at a
-phone's 420 px, no horizontal scroll bar appears (Chromium draws one, a grey band along the
-bottom, when the page is wider than the window; a control page proves the check can see it), and
-the plots' line colours are there.
+The screenshot is decoded with Pillow and its pixels are located: the regressed row's red
+background sits in the first screen at 1400 px and at a phone's 420 px, no horizontal scroll bar
+appears (Chromium draws one, a grey band along the bottom, when the page is wider than the window;
+a control page proves the check can see it), and the plots' line colours are there.
 """
 
 from __future__ import annotations
 
+import io
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 from energy_factories import make_doc
+from PIL import Image
 
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.reports.html import html_report
@@ -31,55 +30,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def decode_png(data: bytes, max_rows: int | None = None) -> np.ndarray:
-    """The pixels (rows x columns x RGB) of an 8-bit, non-interlaced PNG, as Chromium writes it.
-
-    Only the first ``max_rows`` rows are decoded when given (rows depend on the ones above).
-    """
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
-    pos, idat, header = 8, [], None
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            idat.append(body)
-        elif kind == b"IEND":
-            break
-        pos += 12 + length
-    assert header is not None, "PNG without IHDR"
-    width, height, depth, colour, _, _, interlace = header
-    assert depth == 8 and colour in (2, 6) and interlace == 0, f"unsupported PNG: depth {depth}, colour type {colour}"
-    bpp = 4 if colour == 6 else 3
-    raw = np.frombuffer(zlib.decompress(b"".join(idat)), dtype=np.uint8).reshape(height, width * bpp + 1)
-    rows = height if max_rows is None else min(height, max_rows)
-    image = np.zeros((rows, width * bpp), dtype=np.uint8)
-    previous = np.zeros(width * bpp, dtype=np.uint8)
-    for y in range(rows):
-        image[y] = previous = _unfilter(int(raw[y, 0]), raw[y, 1:], previous, bpp)
-    return image.reshape(rows, width, bpp)[:, :, :3]
-
-
-def _unfilter(kind: int, line: np.ndarray, up: np.ndarray, bpp: int) -> np.ndarray:
-    """Undo one row's PNG filter (None, Sub, Up, Average, Paeth; PNG spec section 9)."""
-    if kind == 0:
-        return line.copy()
-    if kind == 2:
-        return line + up                                      # uint8 arithmetic wraps modulo 256
-    if kind == 1:
-        return (np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0) & 0xFF).astype(np.uint8).reshape(-1)
-    out, above = line.astype(np.int64).tolist(), up.astype(np.int64).tolist()
-    for i in range(len(out)):
-        left = out[i - bpp] if i >= bpp else 0
-        if kind == 3:
-            out[i] = (out[i] + (left + above[i]) // 2) & 0xFF
-            continue
-        up_left = above[i - bpp] if i >= bpp else 0
-        p = left + above[i] - up_left
-        pa, pb, pc = abs(p - left), abs(p - above[i]), abs(p - up_left)
-        out[i] = (out[i] + (left if pa <= pb and pa <= pc else above[i] if pb <= pc else up_left)) & 0xFF
-    return np.array(out, dtype=np.uint8)
+def decode_png(data: bytes) -> np.ndarray:
+    """The pixels (rows x columns x RGB) of a PNG, decoded by Pillow (which matplotlib, one of the
+    plugin's dependencies, requires: it is there wherever the report can be drawn)."""
+    with Image.open(io.BytesIO(data)) as picture:
+        return np.asarray(picture.convert("RGB"))
 
 
 def pixels_near(image: np.ndarray, colour: str, tolerance: int = 28) -> np.ndarray:
