@@ -7,11 +7,12 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from energy_factories import H100_REAL, make_doc
+from energy_factories import H100_REAL, V100, make_doc
 
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.gate.verdicts import REGRESSION
@@ -344,3 +345,15 @@ def test_gpuenergy_compare_at_80_columns_names_the_regressed_test_first(tmp_path
         assert names[0] == "gamma"
         assert text.index(cap.format("40%")) < text.index(cap.format("100%"))
     assert Path(tmp_path / "r.md").stat().st_mode & 0o777 == 0o644 or os.umask(0o022) != 0o022
+
+
+def test_a_pareto_plot_of_several_gpu_models_keeps_its_legend_inside_the_figure():
+    """A fleet's report puts every model of a workload in one Pareto plot: the full model names,
+    wider than the plot, go in a legend under it; beside it they squeezed the axes to nothing
+    (matplotlib warned that the layout collapsed)."""
+    docs = [make_doc(seed=1), make_doc(seed=2, gpu_name=V100)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        page = html_report(docs, [])
+    pareto = re.findall(r'<svg class="plot pareto".*?</svg>', page, flags=re.S)
+    assert pareto and all("H100" in svg and "V100" in svg for svg in pareto)

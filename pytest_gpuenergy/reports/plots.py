@@ -196,7 +196,9 @@ def _reference(points: Sequence[SweepPoint]) -> SweepPoint | None:
 def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: str) -> str:
     """ETS against T across the caps of one workload, one line per GPU model."""
     with rc_context():
-        fig = new_figure(2.6, 2.3)
+        # Several models: their legend goes under the plot (full model names are wider than the plot
+        # beside it), and the figure grows by a line per model to hold it.
+        fig = new_figure(2.6, 2.3 + (0.2 * len(series) if len(series) > 1 else 0.0))
         ax = fig.add_subplot()
         for index, (model, sweep) in enumerate(series):
             colour = MODEL_COLOURS[index % len(MODEL_COLOURS)]
@@ -216,7 +218,7 @@ def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: st
         ax.grid(True, color="#e6e6e6", linewidth=0.6)
         ax.set_title(name, fontsize=8.5)
         if len(series) > 1:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False, fontsize=6.5)
     models = ", ".join(model for model, _ in series)
     return figure_svg(fig, f"{name}: ETS against T across the caps on {models}; filled: caps no other beats in both; "
                            f"star: the default limit", element_id=element_id, css_class="plot pareto")
