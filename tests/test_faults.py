@@ -94,7 +94,7 @@ def test_stopping_early_with_x_restores(pytester, sim_state):
 @pytest.mark.parametrize("method", ["signal", "thread"])
 def test_a_timeout_plugin_killing_the_test(pytester, sim_state, method):
     pytester.makepyfile(test_t="import time\ndef test_hangs(gpu_power_cap):\n    time.sleep(30)\n")
-    result = pytester.runpytest_subprocess("--gpu-caps=min", "--timeout=1", f"--timeout-method={method}")
+    result = pytester.runpytest_subprocess("--gpu-caps=min", "--timeout=0.5", f"--timeout-method={method}")
     assert "Timeout" in result.stdout.str() + result.stderr.str()
     if method == "signal":      # pytest-timeout fails the test; teardown runs
         assert limit_w() == 700.0 and no_journal(sim_state)
