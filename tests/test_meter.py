@@ -55,7 +55,7 @@ def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(sim_stat
     errors = []
     for _ in range(3):
         with meter:
-            work(0.3)
+            work(0.6)
         result = meter.result
         truth = exact_j(backend, gpu, *meter.last_region)
         errors.append(abs(result.ets_j / truth - 1))
