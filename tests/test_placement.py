@@ -306,3 +306,13 @@ def test_on_real_gpus_an_xdist_workers_cuda_sees_its_own_gpu_first(pytester, sim
     result = pytester.runpytest_subprocess("-p", "fake_driver", "--gpu-backend=nvml", "-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     assert not (pytester.path / "mutations.log").exists()
+
+
+@pytest.mark.parametrize(("path", "rank", "expected"), [
+    ("report.xml", 1, "report.rank1.xml"), ("out/junit.xml", 7, "out/junit.rank7.xml"), ("report", 2, "report.rank2"),
+    ("build.v2/report", 1, "build.v2/report.rank1"),
+])
+def test_under_torchrun_a_rank_other_than_0_writes_its_junit_file_beside_rank_0s(path, rank, expected):
+    from pytest_gpuenergy.plugin.hooks import rank_path
+
+    assert rank_path(path, rank) == expected

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from xml.etree import ElementTree
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_a_ddp_test_under_torchrun_gives_every_rank_the_total_and_rank_0_saves_i
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
          "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--gpu-caps=80%", "--energy-save",
-         "test_ddp.py"],
+         "--junitxml=report.xml", "test_ddp.py"],
         cwd=pytester.path, capture_output=True, text=True, timeout=240,    # a deadlock fails here, not for ever
     )
     output = proc.stdout + proc.stderr
@@ -72,4 +73,9 @@ def test_a_ddp_test_under_torchrun_gives_every_rank_the_total_and_rank_0_saves_i
     cases = json.loads(saved.read_text())["cases"]
     assert [(c["gpu_index"], c["rank"], c["gpu_slot"]) for c in cases] == [(0, 0, 0), (1, 1, 1)]
     assert output.count("gpu energy") == 1                                  # one report
+    for name in ("report.xml", "report.rank1.xml"):                         # one JUnit file per rank, none shared
+        suite = ElementTree.parse(pytester.path / name).getroot().find("testsuite")
+        assert suite is not None and suite.get("tests") == "1" and suite.get("failures") == "0", name
+        names = {p.get("name") for p in suite.iter("property")}
+        assert {"energy.gpu0.ets_j", "energy.gpu1.ets_j"} <= names, (name, names)   # each rank: both GPUs
     assert [row["current_limit_w"] for row in gpu_info()] == [700.0, 700.0]

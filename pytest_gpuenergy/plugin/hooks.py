@@ -58,6 +58,31 @@ _ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
 
 # -- lifetime --------------------------------------------------------------------------------------
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Under torchrun every rank is a pytest session of its own, and each would write pytest's
+    ``--junitxml`` file: ranks other than 0 write theirs beside it (``report.rank1.xml``), so that
+    no two processes write one file and no rank's outcomes are lost. (Before pytest configures
+    its junitxml plugin, which opens the file.)"""
+    xml_path = getattr(config.option, "xmlpath", None)
+    if not xml_path:
+        return
+    try:
+        placement = Placement.from_environment(worker_id=getattr(config, "workerinput", {}).get("workerid"))
+    except GpuEnergyError:
+        return                      # a usage error at configure names the bad variable
+    if placement.kind == "torchrun" and placement.rank:
+        config.option.xmlpath = rank_path(xml_path, placement.rank)
+
+
+def rank_path(path: str, rank: int) -> str:
+    """``report.xml`` -> ``report.rank1.xml`` (``report`` -> ``report.rank1``)."""
+    head, dot, suffix = path.rpartition(".")
+    if not dot or "/" in suffix or os.sep in suffix:
+        return f"{path}.rank{rank}"
+    return f"{head}.rank{rank}.{suffix}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in _MARKERS:
         config.addinivalue_line("markers", marker)
