@@ -132,3 +132,18 @@ def test_gpuenergy_tune_with_nothing_to_tune_is_a_one_line_error(tmp_path, sim_s
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "gpuenergy tune: error: no measured case came back" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id():
+    """tune appends its setting to every id ([alexnet-train-60%]): the id a user copied from a plain
+    run ([alexnet-train]) would name no test, so it becomes the test and a -k on the id's start."""
+    from pytest_gpuenergy.cli.tune import select_parametrised
+
+    suite = "reference_workloads/test_energy_suite.py::test_energy"
+    assert select_parametrised([f"{suite}[alexnet-train]", f"{suite}[vgg-infer]", "tests/other.py"], ["-x"]) == (
+        [suite, "tests/other.py"], ["-x", "-k", "test_energy[alexnet-train- or test_energy[vgg-infer-"])
+    assert select_parametrised(["tests", f"{suite}"], []) == (["tests", suite], [])          # nothing to translate
+    with pytest.raises(ValueError, match="put them in your -k expression"):
+        select_parametrised([f"{suite}[alexnet-train]"], ["-k", "train"])
+    with pytest.raises(ValueError, match="select this case with its test and -k"):
+        select_parametrised([f"{suite}[a b]"], [])                                          # -k cannot spell a space

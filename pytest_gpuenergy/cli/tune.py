@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -78,9 +79,49 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+# A node id with parameters: what pytest would not find once tune's setting is appended to the id.
+_PARAMETRISED = re.compile(r"(?P<test>.+::[^\[\]:]+)\[(?P<params>[^\]]+)\]")
+_KEYWORD_SAFE = re.compile(r"[\w:+\-.\[\]/]+")     # what pytest's -k accepts in one word
+
+
+def select_parametrised(targets: Sequence[str], pytest_args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``file.py::test[alexnet-train]`` becomes ``file.py::test`` and ``-k "test[alexnet-train-"``.
+
+    Every session appends its setting to the test ids (``[alexnet-train-60%]``), so the id the user
+    copied from a plain run names no test there; its test and the start of its id select the same
+    cases. A ``ValueError`` explains what cannot be translated (with ``-k`` of the user's own, or
+    parameters that ``-k`` cannot spell).
+    """
+    plain: list[str] = []
+    starts: list[str] = []
+    for target in targets:
+        found = _PARAMETRISED.fullmatch(target)
+        if found is None:
+            plain.append(target)
+            continue
+        start = f"{found['test'].rsplit('::', 1)[1]}[{found['params']}-"
+        if not _KEYWORD_SAFE.fullmatch(start):
+            raise ValueError(f"{target}: tune appends its setting to each test id, so select this case with its test "
+                             f"and -k after --, e.g. -- -k '<a word of its parameters>'")
+        plain += [found["test"]] if found["test"] not in plain else []
+        starts.append(start)
+    if not starts:
+        return list(targets), list(pytest_args)
+    if any(arg == "-k" or arg.startswith(("-k", "--keyword")) for arg in pytest_args):
+        raise ValueError(f"{', '.join(t for t in targets if _PARAMETRISED.fullmatch(t))}: tune selects a parametrised "
+                         f"case with -k (the setting is appended to its id); give the test without its parameters "
+                         f"and put them in your -k expression")
+    return plain, [*pytest_args, "-k", " or ".join(starts)]
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     if args.step <= 0 or not math.isfinite(args.step):
         print("gpuenergy tune: error: --step must be a positive number of W", file=sys.stderr)
+        return 2
+    try:
+        targets, pytest_args = select_parametrised(args.tests, getattr(args, "pytest_args", ()))
+    except ValueError as exc:
+        print(f"gpuenergy tune: error: {exc}", file=sys.stderr)
         return 2
     objectives = OBJECTIVES if args.objective == "both" else (args.objective,)
     kind = args.gpu_backend or default_backend()
@@ -88,7 +129,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         gpus = models_to_tune(backend, args.gpus)
         options = TuneOptions(
-            targets=tuple(args.tests), pytest_args=tuple(getattr(args, "pytest_args", ())), knob=args.knob,
+            targets=tuple(targets), pytest_args=tuple(pytest_args), knob=args.knob,
             objectives=objectives, max_settings=args.max_settings, repeat=args.repeat,
             storage=Path(args.storage).resolve(), backend=backend.name, step_w=args.step,
         )
