@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 
 import _common as common
 
 sys.path.insert(0, str(common.REPO_ROOT / "tests"))
 
-from energy_factories import make_doc  # noqa: E402
+from energy_factories import wide_runs  # noqa: E402
 
 from pytest_gpuenergy.gate.compare import compare_documents  # noqa: E402
 
@@ -32,17 +31,8 @@ NAME = "compare_scaling"
 GATE = {"ets": 5.0}
 
 
-def runs_of(cases: int, moved: bool) -> list:
-    """Three runs of ``cases`` cases, ten minutes apart; with ``moved`` the last ran on GPU 1."""
-    runs = [make_doc(seed=seed, workloads=[f"w{i}" for i in range(cases)], caps_w=(300.0,), n=3, minutes=10 * seed)
-            for seed in range(3)]
-    if moved:
-        runs[-1] = replace(runs[-1], cases=tuple(replace(c, gpu_index=1) for c in runs[-1].cases))
-    return runs
-
-
 def cpu_seconds(cases: int, moved: bool) -> float:
-    runs = runs_of(cases, moved)
+    runs = wide_runs(cases, moved=moved)
     started = time.process_time()
     comparison = compare_documents(runs[1], runs[2], GATE, history=runs)
     elapsed = time.process_time() - started

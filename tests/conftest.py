@@ -99,26 +99,19 @@ def spin(seconds: float) -> None:
         pass
 
 
-def work_lasting(seconds: float, *, memory_bound: bool = False, model: str = "H100"):
-    """GPU work that takes ``seconds`` on the simulated ``model`` at its default limit and full clocks.
+def declare(seconds: float) -> None:
+    """Declare GPU work that takes ``seconds`` on a simulated H100 at its default limit and full clocks.
 
-    Declared (:func:`declare`), it moves the simulator's virtual clock without costing the host
-    any CPU time: for tests of what the meter makes of GPU work, where spinning the CPU (the
-    stand-in for undeclared work, :func:`spin`) would only cost the suite time.
+    It moves the simulator's virtual clock without costing the host any CPU time: for tests of
+    what the meter makes of GPU work, where spinning the CPU (the stand-in for undeclared work,
+    :func:`spin`) would only cost the suite time.
     """
+    from pytest_gpuenergy.sim import declare_work
     from pytest_gpuenergy.sim.models import GPU_MODELS
     from pytest_gpuenergy.sim.roofline import GpuWork, run_step
 
-    spec = GPU_MODELS[model]
-    unit = GpuWork(bytes=1e10) if memory_bound else GpuWork(flops_tf32=1e12)
-    return unit.scaled(seconds / run_step(spec, unit, spec.default_limit_w).step_s)
-
-
-def declare(seconds: float, *, memory_bound: bool = False) -> None:
-    """Declare :func:`work_lasting` ``seconds`` to every simulator open in this process."""
-    from pytest_gpuenergy.sim import declare_work
-
-    declare_work(work_lasting(seconds, memory_bound=memory_bound))
+    spec, unit = GPU_MODELS["H100"], GpuWork(flops_tf32=1e12)
+    declare_work(unit.scaled(seconds / run_step(spec, unit, spec.default_limit_w).step_s))
 
 
 def spin_source() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -103,3 +104,13 @@ def make_doc(*, minutes: int = 0, commit: dict | None = None, machine_info: dict
     )
     assert len(docs) == 1
     return docs[0]
+
+
+def wide_runs(cases: int, *, moved: bool) -> list[RunDocument]:
+    """Three runs of ``cases`` one-cap cases, ten minutes apart; with ``moved`` the last ran on GPU 1
+    (cases then pair by id and cap only). The comparison's scaling test and benchmark use them."""
+    runs = [make_doc(seed=seed, workloads=[f"w{i}" for i in range(cases)], caps_w=(300.0,), n=3, minutes=10 * seed)
+            for seed in range(3)]
+    if moved:
+        runs[-1] = replace(runs[-1], cases=tuple(replace(c, gpu_index=1) for c in runs[-1].cases))
+    return runs

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from energy_factories import H100, H100_REAL, V100, make_doc
+from energy_factories import H100, H100_REAL, V100, make_doc, wide_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -333,22 +333,13 @@ def test_a_gpu_with_another_index_pairs_when_unambiguous():
     assert any("measured differently" in n for n in case.notes)
 
 
-def _wide_runs(cases: int, *, moved: bool) -> list:
-    """Three runs of ``cases`` cases; with ``moved`` the last ran on GPU 1 (cases pair by id and cap only)."""
-    runs = [make_doc(seed=seed, workloads=[f"w{i}" for i in range(cases)], caps_w=(300.0,), n=3, minutes=10 * seed)
-            for seed in range(3)]
-    if moved:
-        runs[-1] = replace(runs[-1], cases=tuple(replace(c, gpu_index=1) for c in runs[-1].cases))
-    return runs
-
-
 @pytest.mark.parametrize("moved", [False, True])
 def test_comparing_runs_is_linear_in_their_cases(moved):
     """Eight times the cases (with the noise between sessions from the saved runs) cost about eight
     times the CPU: a quadratic pairing or history scan would cost 64. The sizes users have (10,000
     cases and more) are timed by benchmarks/compare_scaling.py."""
     def cpu_seconds(cases: int) -> float:
-        runs = _wide_runs(cases, moved=moved)
+        runs = wide_runs(cases, moved=moved)
         start = time.process_time()
         comparison = compare_documents(runs[1], runs[2], GATE, history=runs)
         elapsed = time.process_time() - start

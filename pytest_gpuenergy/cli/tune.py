@@ -103,11 +103,12 @@ def select_parametrised(targets: Sequence[str], pytest_args: Sequence[str]) -> t
         if not _KEYWORD_SAFE.fullmatch(start):
             raise ValueError(f"{target}: tune appends its setting to each test id, so select this case with its test "
                              f"and -k after --, e.g. -- -k '<a word of its parameters>'")
-        plain += [found["test"]] if found["test"] not in plain else []
+        if found["test"] not in plain:
+            plain.append(found["test"])
         starts.append(start)
     if not starts:
         return list(targets), list(pytest_args)
-    if any(arg == "-k" or arg.startswith(("-k", "--keyword")) for arg in pytest_args):
+    if any(arg.startswith(("-k", "--keyword")) for arg in pytest_args):
         raise ValueError(f"{', '.join(t for t in targets if _PARAMETRISED.fullmatch(t))}: tune selects a parametrised "
                          f"case with -k (the setting is appended to its id); give the test without its parameters "
                          f"and put them in your -k expression")

@@ -31,8 +31,8 @@ TRANSIENT_ERRORS = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
 _T = TypeVar("_T")
 
 
-def retry_transient(action: Callable[[], _T], backoff_s: float = RETRY_BACKOFF_S) -> _T:
-    """``action()``, tried again with a growing pause after a transient NVML error."""
+def retry_transient(action: Callable[[], _T], backoff_s: float) -> _T:
+    """``action()``, tried again with a growing pause after a transient NVML error (``Gpu.retry_backoff_s``)."""
     for attempt in range(RETRY_ATTEMPTS):
         try:
             return action()

@@ -269,7 +269,7 @@ class EnergyMeter:
             done += calls
             self.backend.synchronize()
             elapsed_s = self._agree(clock() - region.t0)
-            if elapsed_s >= at_least_s or elapsed_s <= 0:     # 0: calls that move no clock, more cannot help
+            if elapsed_s >= at_least_s:
                 break
             calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
         return done + self._finish_on_a_tick(region, fn, args, kwargs, (clock() - region.t0) / done)
