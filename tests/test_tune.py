@@ -147,3 +147,17 @@ def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id(
         select_parametrised([f"{suite}[alexnet-train]"], ["-k", "train"])
     with pytest.raises(ValueError, match="select this case with its test and -k"):
         select_parametrised([f"{suite}[a b]"], [])                                          # -k cannot spell a space
+
+
+def test_gpuenergy_tune_takes_a_parametrised_node_id_as_a_plain_run_names_it(tmp_path, sim_state):
+    (tmp_path / "test_w.py").write_text(TUNED)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_w.py::test_step[memory]", "--repeat=2",
+         "--max-settings=3", "--json=out.json", "--gpu-backend=sim"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [r["test"].split("::")[-1] for r in json.loads((tmp_path / "out.json").read_text())] == ["test_step[memory]"]
+    mixed = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_w.py::test_step[memory]", "--", "-k", "step"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert mixed.returncode == 2 and mixed.stderr.count("\n") == 1 and "put them in your -k expression" in mixed.stderr
