@@ -100,4 +100,4 @@ def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_
     comparison = result["counter_vs_sampling"]
     assert comparison["counter_period_s"] == pytest.approx(0.1, abs=0.01)   # the simulator's documented period
     assert abs(comparison["sampling_vs_counter"]) < 0.05
-    assert [row["workload"] for row in result["repeatability"]] == ["transformer-train-tiny"]   # --smoke: one
+    assert [row["workload"] for row in result["repeatability"]] == ["transformer-infer-tiny"]   # --smoke: one, inference

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from conftest import gpu_info
 from pytest_gpuenergy.fleet.plan import LocalCluster
 from pytest_gpuenergy.runs.store import RunStore
 
@@ -126,15 +127,14 @@ def test_a_fleet_run_gates_each_model_against_its_own_baseline_and_survives_a_ki
         gpu = sim_gpu(a100_state, "A100")
         if (gpu["current_limit_w"] == gpu["default_limit_w"] and not any(journal.glob("*.json"))) or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert float((a100_state / "killed-at-cap").read_text()) == pytest.approx(0.6 * gpu["default_limit_w"])
     assert gpu["current_limit_w"] == gpu["default_limit_w"]
 
 
 def sim_gpu(state: Path, model: str) -> dict:
-    info = subprocess.run(
-        [sys.executable, "-m", "pytest_gpuenergy.cli", "info", "--json", "--gpu-backend=sim"],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "GPUENERGY_SIM_STATE": str(state), "GPUENERGY_SIM_GPUS": model},
-    )
-    return json.loads(info.stdout)[0]
+    """The row ``gpuenergy info --json`` prints for that task's simulated GPU (read in this process)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GPUENERGY_SIM_STATE", str(state))
+        env.setenv("GPUENERGY_SIM_GPUS", model)
+        return gpu_info()[0]

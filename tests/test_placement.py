@@ -204,6 +204,8 @@ def test_a_test_waiting_for_a_gpu_lock_stops_at_once_on_sigterm(pytester, sim_st
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         pytester.makepyfile(test_w="def test_wait(gpu_power_cap):\n    pass\n")
+        # The wait is said after 2 s; this session says it after 0.2 s (the message is what is tested).
+        pytester.makeconftest("import pytest_gpuenergy.gpu.locks as locks\nlocks._SAY_AFTER_S = 0.2\n")
         waiting = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "test_w.py"],
             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
