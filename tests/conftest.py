@@ -62,9 +62,11 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+def cli_in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """``gpuenergy ARGS`` run by its ``main`` in this process: what it prints and returns, as
-    :func:`run_cli` gives it, without a process start (for tests of many inputs to one command)."""
+    :func:`run_cli` gives it, without a process start. For checks of what a command does to the
+    GPUs' state or says about it; :func:`run_cli` where the process itself is under test (its exit
+    status as a script sees it, the entry point, a fresh interpreter)."""
     from pytest_gpuenergy.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -73,7 +75,10 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
             code = main(list(args))
         except SystemExit as stop:          # argparse's usage errors
             code = stop.code if isinstance(stop.code, int) else 2
-    return subprocess.CompletedProcess(["gpuenergy", *args], code, out.getvalue(), err.getvalue())
+    done = subprocess.CompletedProcess(["gpuenergy", *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"gpuenergy {' '.join(args)} exited {code}:\n{done.stdout}\n{done.stderr}")
+    return done
 
 
 def gpu_info() -> list[dict]:

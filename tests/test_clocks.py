@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import gpu_info, run_cli
+from conftest import cli_in_process, gpu_info
 from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, read_lock
 from pytest_gpuenergy.gpu.clocks import ClockCapper, parse_clock, parse_clocks
@@ -174,7 +174,7 @@ def test_a_reset_that_keeps_failing_is_named_and_gpuenergy_restore_fixes_it(pyte
     result.stdout.fnmatch_lines(["*the SM clock of GPU 0*could not be set back to not locked*gpuenergy restore*"])
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
     assert lock_now() == [210, 1200]
-    restored = run_cli("restore", "--gpu-backend=sim")
+    restored = cli_in_process("restore", "--gpu-backend=sim")
     assert "restored: GPU 0" in restored.stdout and "restored to not locked" in restored.stdout
     assert lock_now() is None
 
@@ -194,7 +194,7 @@ def test_a_sigkilled_clock_capped_run_is_repaired_by_the_next_session(pytester, 
     killed = pytester.runpytest_subprocess("--gpu-clocks=50%")
     assert killed.ret not in (0, 1)
     assert lock_now() == [210, 990]                    # left locked, as a real GPU would be
-    assert "SM clock locked at 210-990 MHz by pid" in run_cli("info", "--gpu-backend=sim").stdout
+    assert "SM clock locked at 210-990 MHz by pid" in cli_in_process("info", "--gpu-backend=sim").stdout
     pytester.makepyfile(test_k="def test_ok():\n    pass\n")
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
@@ -206,10 +206,10 @@ def test_gpuenergy_restore_repairs_a_sigkilled_clock_capped_run(pytester, sim_st
     pytester.makepyfile(test_k=KILLED.replace("(gpu_clock_cap)", "(gpu_power_cap, gpu_clock_cap)"))
     pytester.runpytest_subprocess("--gpu-clocks=1500", "--gpu-caps=300")
     assert lock_now() == [210, 1500] and gpu_info()[0]["current_limit_w"] == 300.0
-    restored = run_cli("restore", "--gpu-backend=sim")
+    restored = cli_in_process("restore", "--gpu-backend=sim")
     assert "restored to not locked" in restored.stdout and "restored to 700 W" in restored.stdout
     assert lock_now() is None and gpu_info()[0]["current_limit_w"] == 700.0
-    assert "nothing to restore" in run_cli("restore", "--gpu-backend=sim").stdout
+    assert "nothing to restore" in cli_in_process("restore", "--gpu-backend=sim").stdout
 
 
 def test_a_lock_a_dead_run_recorded_comes_back_not_the_dead_runs_cap(sim_state):
@@ -243,5 +243,5 @@ def test_gpuenergy_info_shows_the_clock_range_and_a_lock(sim_state, monkeypatch)
         (210, 1980, False), (135, 1530, True)]
     assert {"index", "name", "uuid", "backend", "current_limit_w", "default_limit_w", "min_limit_w",
             "max_limit_w"} <= set(rows[0])
-    text = run_cli("info", "--gpu-backend=sim").stdout
+    text = cli_in_process("info", "--gpu-backend=sim").stdout
     assert "SM clock range 210-1980 MHz" in text and "LOCKED to 135-" in text

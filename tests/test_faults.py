@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import gpu_info, run_cli, spin_source
+from conftest import cli_in_process, gpu_info, spin_source
 
 
 def limit_w() -> float:
@@ -100,7 +100,7 @@ def test_a_timeout_plugin_killing_the_test(pytester, sim_state, method):
         assert limit_w() == 700.0 and no_journal(sim_state)
     else:                       # the thread method exits the process on the spot: the journal repairs it
         assert limit_w() == 200.0
-        restored = run_cli("restore", "--gpu-backend=sim")
+        restored = cli_in_process("restore", "--gpu-backend=sim")
         assert "restored to 700 W" in restored.stdout
         assert limit_w() == 700.0
 
@@ -342,7 +342,7 @@ DEAD_CAPPER = textwrap.dedent(
 def _ends_at_the_original(pytester, sim_state) -> None:
     assert (pytester.path / "previous").read_text() == "700"      # the dead capper's 300 W is not "previous"
     assert limit_w() == 700.0 and no_journal(sim_state)
-    assert "nothing to restore" in run_cli("restore", "--gpu-backend=sim").stdout
+    assert "nothing to restore" in cli_in_process("restore", "--gpu-backend=sim").stdout
 
 
 # Each way of dying, each next cap (another, and the dead capper's own: the case where a wrong
@@ -420,7 +420,7 @@ def test_a_session_starting_late_never_deletes_a_running_sessions_journal_entry(
     running.kill()
     running.wait(timeout=10)
     assert limit_w() == 250.0
-    assert "restored to 700 W" in run_cli("restore", "--gpu-backend=sim").stdout
+    assert "restored to 700 W" in cli_in_process("restore", "--gpu-backend=sim").stdout
     assert limit_w() == 700.0
 
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import gpu_info, run_cli
+from conftest import cli_in_process, gpu_info, run_cli
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
 
 
@@ -76,7 +76,7 @@ def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, s
     killed = pytester.runpytest_subprocess("--gpu-caps=250", "-k", "test_killed")
     assert killed.ret not in (0, 1)
     assert gpu_info()[0]["current_limit_w"] == 250.0     # left capped, as a real GPU would be
-    info_text = run_cli("info", "--gpu-backend=sim").stdout
+    info_text = cli_in_process("info", "--gpu-backend=sim").stdout
     assert "journal: GPU 0" in info_text and "capped at 250 W by pid" in info_text
 
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
@@ -97,7 +97,7 @@ def test_gpuenergy_restore_repairs_a_killed_run(pytester, sim_state):
     restored = run_cli("restore", "--gpu-backend=sim")
     assert "restored: GPU 0" in restored.stdout and "restored to 600 W" in restored.stdout
     assert gpu_info()[0]["current_limit_w"] == 600.0
-    again = run_cli("restore", "--gpu-backend=sim")
+    again = cli_in_process("restore", "--gpu-backend=sim")
     assert "nothing to restore" in again.stdout
 
 
@@ -105,7 +105,7 @@ def test_restore_leaves_a_gpu_alone_that_someone_changed_since(pytester, sim_sta
     pytester.makepyfile(test_crash=CRASHING_TESTS)
     pytester.runpytest_subprocess("--gpu-caps=min", "-k", "test_killed")
     set_sim_limit(450)   # an operator changed it after the crash
-    restored = run_cli("restore", "--gpu-backend=sim")
+    restored = cli_in_process("restore", "--gpu-backend=sim")
     assert "changed-since" in restored.stdout and "left as it is" in restored.stdout
     assert gpu_info()[0]["current_limit_w"] == 450.0
 
@@ -127,7 +127,7 @@ def test_a_restore_that_keeps_failing_is_named_loudly_with_the_fix(pytester, sim
     result.stdout.fnmatch_lines(["*GPU 0 (NVIDIA H100 80GB HBM3 (simulated)) could not be set back to 700 W*gpuenergy restore*"])
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
     assert gpu_info()[0]["current_limit_w"] == 300.0
-    run_cli("restore", "--gpu-backend=sim")
+    cli_in_process("restore", "--gpu-backend=sim")
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 

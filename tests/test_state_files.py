@@ -81,7 +81,7 @@ def test_a_damaged_journal_entry_is_one_line_naming_the_file_never_an_internal_e
     errors = [line for line in result.stderr.str().splitlines() if line.strip()]
     assert len(errors) == 1 and "INTERNALERROR" not in result.stderr.str(), result.stderr.str()
     assert str(path) in errors[0] and "unreadable" in errors[0] and "delete the file" in errors[0]
-    restore = cli_in_process("restore", "--gpu-backend=sim")
+    restore = cli_in_process("restore", "--gpu-backend=sim", check=False)
     assert restore.returncode == 2 and restore.stderr.count("\n") == 1 and str(path) in restore.stderr
     assert limit_w() == 700.0 and path.read_text() == damaged
 
@@ -117,7 +117,7 @@ def test_a_journal_entry_of_another_user_sets_no_limit(sim_state, monkeypatch):
 def test_a_journal_folder_every_user_can_write_is_refused(sim_state):
     path = plant_entry(sim_state, original_w=700, applied_w=300)
     path.parent.chmod(0o777)
-    restore = run_cli("restore", "--gpu-backend=sim", check=False)
+    restore = cli_in_process("restore", "--gpu-backend=sim", check=False)
     assert restore.returncode == 2 and f"{path.parent} is writable by every user" in restore.stderr
     assert "chmod o-w" in restore.stderr
 
