@@ -280,14 +280,14 @@ def main() -> None:
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
         windows = window_accuracy(backend, gpu, work, (0.05, 0.2) if args.smoke else (0.05, 0.1, 0.2, 0.5, 1.0),
-                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.3 if args.smoke else 1.5,
+                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.2 if args.smoke else 1.5,
                                   phases=("busy",) if args.smoke else ("busy", "idle"))
         common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
                             for r in windows],
                            title="Short windows against the long-run power (steady work, and idle)")
-        costs = read_costs(backend, gpu, *((200, 4) if args.smoke else (2000, 12)))
+        costs = read_costs(backend, gpu, *((200, 2) if args.smoke else (2000, 12)))
         common.print_table(["figure", "value"], [
             ["energy counter read, median / p99 us", f"{costs['energy_read']['median_us']:.0f} / {costs['energy_read']['p99_us']:.0f}"],
             ["power read, median / p99 us", f"{costs['power_read']['median_us']:.1f} / {costs['power_read']['p99_us']:.1f}"],
@@ -295,7 +295,7 @@ def main() -> None:
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
         over = overhead(backend, gpu, work, (0.1,) if args.smoke else (1.0,) if args.quick else (1.0, 10.0),
-                        2 if args.smoke else 3 if args.quick else 5)
+                        1 if args.smoke else 3 if args.quick else 5)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
                             for r in over], title="Meter overhead on steady GPU work")
