@@ -17,12 +17,8 @@ from typing import Any, TextIO
 
 from ..errors import SettingError, StorageError
 from ..fileio import atomic_write_text
-from ..gate.compare import compare_documents
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..reports.digest import skipped_caps
-from ..reports.html import html_report
-from ..reports.json_report import json_report
-from ..reports.markdown import markdown_report
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
 from ..runs.records import RunDocument, commit_text
 from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
@@ -82,6 +78,12 @@ def _confidence(text: str) -> float:
 # -- compare ---------------------------------------------------------------------------------------
 
 def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # The comparison and the report writers: only for this command, not every `gpuenergy` start.
+    from ..gate.compare import compare_documents
+    from ..reports.html import html_report
+    from ..reports.json_report import json_report
+    from ..reports.markdown import markdown_report
+
     out = out or sys.stdout
     try:
         thresholds = parse_thresholds(args.fail, source="--fail") if args.fail is not None else {}

@@ -21,7 +21,6 @@ from typing import Any
 
 from ..fileio import atomic_write_text
 from ..gpu.device import BACKEND_CHOICES, default_backend, open_backend
-from ..reports.html import html_report
 from ..tune.runner import (
     DEFAULT_MAX_SETTINGS,
     DEFAULT_STEP_W,
@@ -150,6 +149,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if options.knob != "power":
             print("gpuenergy tune: the HTML report plots power caps; the clock settings are in the table and JSON",
                   file=sys.stderr)
+        from ..reports.html import html_report  # (the writers: only when a report is asked for)
         atomic_write_text(Path(args.html), html_report(docs, title="gpuenergy tune"))
     return 0
 

@@ -17,12 +17,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import GpuEnergyError
-from ..reports.terminal import terminal_width
 from ..runs.store import LATEST, RunStore
 from ..sim.state import MODELS_ENV
-from .driver import PROGRESS_EVERY_S, START_TIMEOUT_S, Follower, RayMissing, connect, import_ray, submit
-from .plan import PER_GPU, PER_MODEL, FleetUsageError, LocalCluster, inventory, plan_tasks, split_pytest_args
-from .report import EXIT_BAD_INPUT, EXIT_INCOMPLETE, apply_gate, collect, new_fleet_id, terminal_lines
+from .plan import (
+    EXIT_BAD_INPUT,
+    EXIT_INCOMPLETE,
+    PER_GPU,
+    PER_MODEL,
+    PROGRESS_EVERY_S,
+    START_TIMEOUT_S,
+    FleetUsageError,
+    LocalCluster,
+    inventory,
+    plan_tasks,
+    split_pytest_args,
+)
 
 # Settings of the driver's environment that each task's pytest gets too (the node's own are kept
 # otherwise): the simulator's seed and noise make the models' figures repeat as they do locally.
@@ -70,7 +79,13 @@ def add_fleet_command(subparsers: Any) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace, out: TextIO | None = None,
-              ray_module: Callable[[], Any] = import_ray) -> int:
+              ray_module: Callable[[], Any] | None = None) -> int:
+    # The driver (which runs pytest's tasks) and the reports: only when the command runs, so that
+    # every other `gpuenergy` command starts without them.
+    from ..reports.terminal import terminal_width
+    from .driver import Follower, RayMissing, connect, import_ray, submit
+    from .report import apply_gate, collect, new_fleet_id, terminal_lines
+
     out = out or sys.stdout
 
     def say(line: str) -> None:
@@ -88,7 +103,7 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO | None = None,
         local = LocalCluster.from_sim_gpus(os.environ[MODELS_ENV]) if not address and os.environ.get(MODELS_ENV) else None
         simulate = args.simulate if args.simulate is not None else local is not None
         ship = args.ship if args.ship is not None else bool(address)
-        ray = ray_module()
+        ray = (ray_module or import_ray)()
     except (FleetUsageError, GpuEnergyError, RayMissing) as exc:
         return _error(exc)
     try:

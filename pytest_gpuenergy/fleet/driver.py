@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .plan import LocalCluster, TaskSpec, node_text
+from .plan import PROGRESS_EVERY_S, START_TIMEOUT_S, LocalCluster, TaskSpec, node_text
 from .task import run_suite
 
-PROGRESS_EVERY_S = 30.0
-START_TIMEOUT_S = 900.0
 CANCEL_GRACE_S = 150.0
 SHIP_EXCLUDES = [".git", ".venv", "venv", ".energy", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis",
                  ".gpuenergy-sim", "node_modules"]

@@ -31,6 +31,9 @@ ACCELERATOR_PREFIX = "accelerator_type:"
 GPU_COUNT_PREFIX = "gpuenergy_gpus:"     # GPUs of one model on a node that has several (a fake local cluster)
 
 PER_MODEL, PER_GPU = "per-model", "per-gpu"
+PROGRESS_EVERY_S = 30.0        # the driver's default pause between progress lines
+START_TIMEOUT_S = 900.0        # how long a model's task may take to find its GPUs, by default
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_NO_TESTS = 0, 1, 2, 3, 5   # gpuenergy fleet's exit codes
 
 
 class FleetUsageError(ValueError):

@@ -37,9 +37,8 @@ from ..runs.records import RunDocument
 from ..runs.store import RunStore
 from ..runs.validation import parse_json
 from .driver import TaskState
-from .plan import FleetGate
+from .plan import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_NO_TESTS, EXIT_OK, FleetGate
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_NO_TESTS = 0, 1, 2, 3, 5
 _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 4, 5
 
 

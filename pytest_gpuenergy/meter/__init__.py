@@ -1,7 +1,22 @@
 """The energy meter, in layers: the tick lattice (pure maths), the per-GPU recorder threads,
-integration of a region's energy with its bound (pure functions), and the meter users hold."""
+integration of a region's energy with its bound (pure functions), and the meter users hold.
 
-from .energy_meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
-from .recorder import COUNTER, SAMPLING
+Its names are imported when first used (``..lazy``): a module that needs only the result
+records (``results.py``) does not load the recorder threads and the integration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .energy_meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+    from .recorder import COUNTER, SAMPLING
 
 __all__ = ["COUNTER", "DEFAULT_MIN_TIME_S", "SAMPLING", "CapContext", "EnergyMeter"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "DEFAULT_MIN_TIME_S": ".energy_meter", "CapContext": ".energy_meter", "EnergyMeter": ".energy_meter",
+    "COUNTER": ".recorder", "SAMPLING": ".recorder",
+})
