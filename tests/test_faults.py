@@ -152,7 +152,7 @@ CONCURRENT_TESTS = textwrap.dedent(
     @pytest.mark.parametrize("n", range(4))
     def test_capped(gpu_power_cap, n):
         start = time.time()
-        time.sleep(0.1)
+        time.sleep(0.05)
         assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w   # nobody changed it meanwhile
         with open("intervals.jsonl", "a") as log:
             log.write(json.dumps([start, time.time(), os.getpid(), gpu_power_cap.label]) + "\\n")

@@ -131,7 +131,7 @@ def test_a_block_with_twice_the_work_of_a_short_one_measures_1_5_to_2_6_times_it
 def test_measure_starts_its_regions_on_a_publication_and_keeps_the_bound_tight(backend):
     meter = EnergyMeter(backend, backend.select(None))
     backend.sleep_until(backend.clock() + 0.3)                # the recorder learns the lattice meanwhile
-    result = meter.measure(spin, 0.002, repeat=3, min_time_s=0.5)
+    result = meter.measure(spin, 0.002, repeat=2, min_time_s=0.5)
     recorder = meter.recorders[0]
     lattice = recorder.learner.lattice
     t0, _ = meter.last_region

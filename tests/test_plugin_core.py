@@ -306,8 +306,8 @@ def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
     write(pytester, spin_source() + textwrap.dedent(
         """
         def test_measure(energy_meter):
-            result = energy_meter.measure(spin, 0.01, repeat=3, warmup=1, min_time_s=0.3)
-            assert result.n == 3
+            result = energy_meter.measure(spin, 0.01, repeat=2, warmup=1, min_time_s=0.3)
+            assert result.n == 2
             assert all(rep.calls >= 25 for rep in result.repetitions)
             assert result.time_s == pytest.approx(0.01, rel=0.3)      # per call
             assert result.ets_std_j >= 0 and result.ets_cv < 0.2
@@ -357,7 +357,7 @@ def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state
     pytester.makepyfile(test_real=spin_source() + textwrap.dedent(
         """
         def test_measured(gpu_power_cap, energy_meter):
-            energy_meter.measure(spin, 0.02, repeat=2, min_time_s=0.3)
+            energy_meter.measure(spin, 0.02, min_time_s=0.3)
             part = energy_meter.result.per_gpu[0]
             assert part.backend == "nvml" and not part.simulated
             assert gpu_power_cap.label == "current"
