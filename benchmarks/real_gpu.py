@@ -267,8 +267,8 @@ def main() -> None:
           f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
     try:
         work = steady_work(args.device)
-        steady_s = 0.6 if args.smoke else 3.0 if args.quick else args.steady_s
-        comparison = counter_vs_sampling(gpu, work, steady_s, margin_s=0.25 if args.smoke else 0.5)
+        steady_s = 0.4 if args.smoke else 3.0 if args.quick else args.steady_s
+        comparison = counter_vs_sampling(gpu, work, steady_s, margin_s=0.15 if args.smoke else 0.5)
         common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
                            title=f"Energy counter against integrated power over {steady_s:g} s of steady work")
         rows = repeatability(backend, gpu, args.size, args.device, 2 if args.smoke else 3 if args.quick else 5,

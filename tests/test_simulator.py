@@ -179,18 +179,22 @@ def test_fault_call_ranges_and_gpu_scope(sim_state, monkeypatch):
     assert lib.nvmlDeviceGetPowerManagementLimit(h1) == 700_000
 
 
-def test_counter_faults(sim_state):
-    lib = SimulatedNvml(faults="counter_reset=3,counter_stuck=5", clock="wall")
-    lib.nvmlInit()
+def test_counter_faults(virtual):
+    lib = virtual
+    lib.simArmFaults("counter_reset=3,counter_stuck=5")
+
+    def idle(seconds: float) -> None:
+        lib.simSleepUntil(lib.simClock().now() + seconds)
+
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     first = lib.nvmlDeviceGetTotalEnergyConsumption(handle)
-    time.sleep(0.2)
+    idle(0.2)
     assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) > first
     assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) < 100   # reset: starts again from 0
-    time.sleep(0.15)
+    idle(0.15)
     lib.nvmlDeviceGetTotalEnergyConsumption(handle)
     stuck = lib.nvmlDeviceGetTotalEnergyConsumption(handle)
-    time.sleep(0.25)
+    idle(0.25)
     assert lib.nvmlDeviceGetTotalEnergyConsumption(handle) == stuck
 
 
