@@ -122,3 +122,8 @@ def declare(seconds: float) -> None:
 def spin_source() -> str:
     """Source of :func:`spin` for test files written by pytester: the one definition, reused."""
     return "import time\n" + inspect.getsource(spin)
+
+
+def declare_source() -> str:
+    """Source of :func:`declare` for test files written by pytester: the one definition, reused."""
+    return inspect.getsource(declare)

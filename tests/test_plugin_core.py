@@ -6,13 +6,15 @@ import textwrap
 
 import pytest
 
-from conftest import gpu_info, run_cli, spin_source
+from conftest import declare_source, gpu_info, run_cli, spin_source
 
-MEASURED_TEST = spin_source() + textwrap.dedent(
+# Declared GPU work: the plugin's behaviour around a measurement, without the CPU time spin() would
+# cost (the CPU-time stand-in has tests of its own: the short blocks, measure(), the meter's).
+MEASURED_TEST = declare_source() + textwrap.dedent(
     """
     def test_work(gpu_power_cap, energy_meter):
         with energy_meter:
-            spin(0.25)
+            declare(0.25)
         result = energy_meter.result
         assert result.ets_j > 0 and result.time_s > 0
         assert result.edp_js == pytest.approx(result.ets_j * result.time_s, rel=0.05)
@@ -130,17 +132,17 @@ def test_no_permission_is_an_error_that_says_what_to_do(pytester, sim_state, mon
 
 
 def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pytester, sim_state):
-    write(pytester, spin_source() + textwrap.dedent(
+    write(pytester, declare_source() + textwrap.dedent(
         """
         @pytest.mark.energy_budget(ets=1.0)
         def test_over(gpu_power_cap, energy_meter):
             with energy_meter:
-                spin(0.25)
+                declare(0.25)
 
         @pytest.mark.energy_budget(ets=1e6, edp=1e6, time=100)
         def test_under(gpu_power_cap, energy_meter):
             with energy_meter:
-                spin(0.25)
+                declare(0.25)
         """
     ))
     result = pytester.runpytest("--gpu-caps=60%")
@@ -154,7 +156,7 @@ def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pyte
 
 
 def test_the_most_specific_budget_wins(pytester, sim_state):
-    write(pytester, spin_source() + textwrap.dedent(
+    write(pytester, declare_source() + textwrap.dedent(
         """
         @pytest.mark.energy_budget(ets=1e6)                         # any GPU, any cap: would pass
         @pytest.mark.energy_budget(cap=300, ets=1e6)                # cap only
@@ -163,7 +165,7 @@ def test_the_most_specific_budget_wins(pytester, sim_state):
         @pytest.mark.energy_budget(gpu="V100", cap="60%", ets=1.0)  # another GPU: never applies
         def test_budgets(gpu_power_cap, energy_meter):
             with energy_meter:
-                spin(0.2)
+                declare(0.2)
         """
     ))
     result = pytester.runpytest("--gpu-caps=60%,300")
@@ -239,7 +241,7 @@ def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, sim_state
         """
         def test_method(energy_meter):
             with energy_meter:
-                spin(0.3)
+                declare(0.3)
             assert energy_meter.result.method == "sampling"
             assert energy_meter.result.per_gpu[0].power_source == "usage"
         """
@@ -250,19 +252,19 @@ def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, sim_state
 
 
 def test_energy_repeat_calls_the_test_again_and_collects_every_repetition(pytester, sim_state):
-    write(pytester, spin_source() + textwrap.dedent(
+    write(pytester, declare_source() + textwrap.dedent(
         """
         CALLS = []
 
         def test_rep(energy_meter):
             CALLS.append(1)
             with energy_meter:
-                spin(0.15)
+                declare(0.15)
 
         @pytest.mark.energy(repeat=2)
         def test_marker(energy_meter):
             with energy_meter:
-                spin(0.15)
+                declare(0.15)
 
         def test_count():
             assert len(CALLS) == 3
