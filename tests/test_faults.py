@@ -71,19 +71,6 @@ def test_a_terminated_run_restores_the_limit_before_it_exits(pytester, sim_state
     assert limit_w() == 700.0 and no_journal(sim_state)
 
 
-def test_a_sigkilled_run_is_repaired_by_the_next_session(pytester, sim_state):
-    pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
-    proc = start_pytest(pytester, "--gpu-caps=min")
-    wait_for(pytester.path / "capped")
-    proc.kill()
-    proc.wait(timeout=10)
-    assert limit_w() == 200.0 and not no_journal(sim_state)
-    pytester.makepyfile(test_slow="def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess()
-    result.stdout.fnmatch_lines(["*repaired: GPU 0*restored to 700 W*"])
-    assert limit_w() == 700.0 and no_journal(sim_state)
-
-
 def test_stopping_early_with_x_restores(pytester, sim_state):
     pytester.makepyfile(test_x="def test_a(gpu_power_cap):\n    assert False\n\ndef test_b(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest_subprocess("--gpu-caps=250,300", "-x")

@@ -71,11 +71,13 @@ def test_the_previous_limit_comes_back_whatever_the_test_does(pytester, sim_stat
 
 
 def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, sim_state):
+    """SIGKILL while capped (the OOM killer, kill -9): nothing of the session runs, the journal stays."""
     set_sim_limit(550)
     pytester.makepyfile(test_crash=CRASHING_TESTS)
     killed = pytester.runpytest_subprocess("--gpu-caps=250", "-k", "test_killed")
     assert killed.ret not in (0, 1)
     assert gpu_info()[0]["current_limit_w"] == 250.0     # left capped, as a real GPU would be
+    assert list((sim_state / "journal").glob("GPU-*.json"))
     info_text = cli_in_process("info", "--gpu-backend=sim").stdout
     assert "journal: GPU 0" in info_text and "capped at 250 W by pid" in info_text
 
@@ -87,6 +89,7 @@ def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, s
         "*PowerLimitWarning: gpuenergy: a run died with a GPU capped*",
     ])
     assert gpu_info()[0]["current_limit_w"] == 550.0
+    assert not list((sim_state / "journal").glob("GPU-*.json"))      # repaired once: the entry is gone
 
 
 def test_gpuenergy_restore_repairs_a_killed_run(pytester, sim_state):
