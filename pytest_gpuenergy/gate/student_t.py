@@ -24,15 +24,19 @@ def student_t_cdf(t: float, df: float) -> float:
 
 @lru_cache(maxsize=1024)
 def student_t_ppf(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (0.5 < p < 1): Newton's method kept inside a bracket."""
+    """The ``p`` quantile of Student's t (0.5 < p < 1): Newton's method kept inside a bracket.
+
+    It starts from the Cornish-Fisher expansion in 1/df (Abramowitz and Stegun 26.7.5), within
+    1e-4 of the quantile from 5 degrees of freedom on: two or three Newton steps then reach it. The
+    gate asks for one quantile per case at that case's own (Welch) degrees of freedom, so a
+    comparison of 10,000 cases asks 10,000 times.
+    """
     if not 0.5 <= p < 1:
         raise ValueError(f"student_t_ppf needs 0.5 <= p < 1, got {p}")
     if p == 0.5:
         return 0.0
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    t = min(max(statistics.NormalDist().inv_cdf(p), low), high)
+    t = _cornish_fisher(statistics.NormalDist().inv_cdf(p), df)
+    low, high = 0.0, math.inf            # cdf(low) < p < cdf(high), narrowed as Newton goes
     for _ in range(200):
         error = student_t_cdf(t, df) - p
         if error == 0.0:     # exact: a bisection from here would wander off and take ~40 more steps back
@@ -41,14 +45,26 @@ def student_t_ppf(p: float, df: float) -> float:
             high = t
         else:
             low = t
-        step = error / _student_t_pdf(t, df)
-        candidate = t - step
+        candidate = t - error / _student_t_pdf(t, df)
         if not low < candidate < high:
-            candidate = 0.5 * (low + high)
+            candidate = 0.5 * (low + high) if high < math.inf else 2.0 * max(t, 1.0)
         if abs(candidate - t) <= 1e-13 * max(1.0, abs(t)):
             return candidate
         t = candidate
     return t
+
+
+def _cornish_fisher(z: float, df: float) -> float:
+    """Student's t quantile from the normal one ``z``, to the fourth order in 1/df (A&S 26.7.5)."""
+    z2 = z * z
+    terms = (
+        z * (z2 + 1) / 4,
+        z * ((5 * z2 + 16) * z2 + 3) / 96,
+        z * (((3 * z2 + 19) * z2 + 17) * z2 - 15) / 384,
+        z * ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) / 92160,
+    )
+    guess = z + sum(term / df ** (k + 1) for k, term in enumerate(terms))
+    return guess if guess > 0 and math.isfinite(guess) else max(z, 1.0)
 
 
 def _student_t_pdf(t: float, df: float) -> float:
