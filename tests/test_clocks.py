@@ -105,7 +105,7 @@ def test_the_simulated_nvml_locks_snaps_reads_and_resets(sim_state):
 
 def test_half_the_clock_slows_compute_bound_work_and_barely_memory_bound_work(pytester, sim_state):
     pytester.makepyfile(test_clocked=CLOCKED)
-    result = pytester.runpytest_subprocess("--gpu-clocks=50%,100%", "--energy-save", "--energy-storage=store")
+    result = pytester.runpytest("--gpu-clocks=50%,100%", "--energy-save", "--energy-storage=store")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*SM clock caps: clk50%, clk100%*"])
     times = {}
@@ -155,11 +155,11 @@ def test_the_marker_chooses_the_clocks_and_a_cap_below_the_lowest_clock_skips(py
 def test_a_failing_lock_or_no_permission_is_a_clear_error_and_nothing_stays_locked(pytester, sim_state, monkeypatch):
     pytester.makepyfile(test_a="def test_a(gpu_clock_cap):\n    pass\n")
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "no_permission")
-    denied = pytester.runpytest_subprocess("--gpu-clocks=1200")
+    denied = pytester.runpytest("--gpu-clocks=1200")
     denied.assert_outcomes(errors=1)
     denied.stdout.fnmatch_lines(["*not allowed to lock the SM clock of GPU 0*drop --gpu-clocks*"])
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "clock_set_error")
-    failed = pytester.runpytest_subprocess("--gpu-clocks=1200")
+    failed = pytester.runpytest("--gpu-clocks=1200")
     failed.assert_outcomes(errors=1)
     failed.stdout.fnmatch_lines(["*locking the SM clock of GPU 0*failed: NVML: Unknown Error*"])
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
@@ -169,7 +169,7 @@ def test_a_failing_lock_or_no_permission_is_a_clear_error_and_nothing_stays_lock
 def test_a_reset_that_keeps_failing_is_named_and_gpuenergy_restore_fixes_it(pytester, sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "clock_reset_error")
     pytester.makepyfile(test_a="def test_a(gpu_clock_cap):\n    pass\n")
-    result = pytester.runpytest_subprocess("--gpu-clocks=1200")
+    result = pytester.runpytest("--gpu-clocks=1200")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*the SM clock of GPU 0*could not be set back to not locked*gpuenergy restore*"])
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")

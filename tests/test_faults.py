@@ -73,7 +73,7 @@ def test_a_terminated_run_restores_the_limit_before_it_exits(pytester, sim_state
 
 def test_stopping_early_with_x_restores(pytester, sim_state):
     pytester.makepyfile(test_x="def test_a(gpu_power_cap):\n    assert False\n\ndef test_b(gpu_power_cap):\n    pass\n")
-    result = pytester.runpytest_subprocess("--gpu-caps=250,300", "-x")
+    result = pytester.runpytest("--gpu-caps=250,300", "-x")
     result.assert_outcomes(failed=1)
     assert limit_w() == 700.0 and no_journal(sim_state)
 
@@ -127,7 +127,7 @@ def test_a_read_back_error_while_capping_is_retried(pytester, sim_state, monkeyp
     # The limit reads around the first set fail once each: transient, so retried.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error=2-2")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
-    pytester.runpytest_subprocess("--gpu-caps=300").assert_outcomes(passed=1)
+    pytester.runpytest("--gpu-caps=300").assert_outcomes(passed=1)
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
     assert limit_w() == 700.0
 
@@ -216,7 +216,7 @@ def test_another_process_on_the_gpu_is_named(pytester, sim_state):
                 assert any("also used by" in note for note in energy_meter.result.notes)
             """
         ))
-        pytester.runpytest_subprocess().assert_outcomes(passed=1)
+        pytester.runpytest().assert_outcomes(passed=1)
     finally:
         hog.kill()
         hog.wait()
@@ -225,10 +225,10 @@ def test_another_process_on_the_gpu_is_named(pytester, sim_state):
 def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    pass\n")
-    capped = pytester.runpytest_subprocess("--gpu-caps=300")
+    capped = pytester.runpytest("--gpu-caps=300")
     assert capped.ret == pytest.ExitCode.USAGE_ERROR
     assert "NVML failed: Unknown Error" in capped.stderr.str() and "INTERNALERROR" not in capped.stderr.str()
-    uncapped = pytester.runpytest_subprocess()
+    uncapped = pytester.runpytest()
     uncapped.assert_outcomes(errors=1)
     uncapped.stdout.fnmatch_lines(["*gpuenergy: unavailable: *NVML failed: Unknown Error*"])
 
@@ -236,7 +236,7 @@ def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, s
 def test_a_transient_error_while_setting_a_cap_is_retried(pytester, sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=1-2")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
-    pytester.runpytest_subprocess("--gpu-caps=300").assert_outcomes(passed=1)
+    pytester.runpytest("--gpu-caps=300").assert_outcomes(passed=1)
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
     assert limit_w() == 700.0
 

@@ -112,7 +112,7 @@ def test_xdist_gives_the_same_cases_as_a_single_process(pytester, sim_state):
                 step()
         """
     ))
-    serial = pytester.runpytest_subprocess("--gpu-caps=60%,100%", "--energy-save", "--energy-storage=serial")
+    serial = pytester.runpytest("--gpu-caps=60%,100%", "--energy-save", "--energy-storage=serial")
     serial.assert_outcomes(passed=10)
     parallel = pytester.runpytest_subprocess("-n", "2", "--gpu-caps=60%,100%", "--energy-save", "--energy-storage=parallel")
     parallel.assert_outcomes(passed=10)

@@ -64,7 +64,7 @@ CRASHING_TESTS = textwrap.dedent(
 def test_the_previous_limit_comes_back_whatever_the_test_does(pytester, sim_state, test_name, outcome):
     set_sim_limit(550)
     pytester.makepyfile(test_crash=CRASHING_TESTS)
-    result = pytester.runpytest_subprocess("--gpu-caps=250", "-k", test_name)
+    result = pytester.runpytest("--gpu-caps=250", "-k", test_name, no_reraise_ctrlc=True)   # in process: the interrupt is its own
     assert outcome in result.stdout.str()
     assert gpu_info()[0]["current_limit_w"] == 550.0   # the exact previous limit, not the default
     assert not list((sim_state / "journal").glob("GPU-*.json"))
@@ -117,7 +117,7 @@ def test_a_failing_restore_is_retried(pytester, sim_state, monkeypatch):
     # The 2nd set (the restore) fails twice, then works: the retries get it back.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=2-3")
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
-    pytester.runpytest_subprocess("--gpu-caps=300").assert_outcomes(passed=1)
+    pytester.runpytest("--gpu-caps=300").assert_outcomes(passed=1)
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
@@ -125,7 +125,7 @@ def test_a_failing_restore_is_retried(pytester, sim_state, monkeypatch):
 def test_a_restore_that_keeps_failing_is_named_loudly_with_the_fix(pytester, sim_state, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=2")
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
-    result = pytester.runpytest_subprocess("--gpu-caps=300")
+    result = pytester.runpytest("--gpu-caps=300")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*GPU 0 (NVIDIA H100 80GB HBM3 (simulated)) could not be set back to 700 W*gpuenergy restore*"])
     monkeypatch.delenv("GPUENERGY_SIM_FAULTS")

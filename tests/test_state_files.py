@@ -139,7 +139,7 @@ def test_a_planted_lock_file_is_refused_and_nothing_is_overwritten(pytester, sim
         lock.write_text("")
         lock.chmod(0o666)
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
-    result = pytester.runpytest_subprocess("--gpu-caps=250")
+    result = pytester.runpytest("--gpu-caps=250")
     result.assert_outcomes(errors=1)
     expected = {"symlink": "is a symbolic link", "hard link": "has 2 hard links", "world-writable": "is writable by every user"}
     result.stdout.fnmatch_lines([f"*{lock}*{expected[planted]}*"])
