@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_cli
+from conftest import cli_in_process
 from pytest_gpuenergy.runs.store import RunStore
 
 
@@ -176,9 +176,9 @@ def test_gpuenergy_compare_and_runs_on_saved_documents(pytester, sim_state, monk
         pytester.runpytest("--gpu-caps=100%", "--energy-repeat=4", "--energy-save").assert_outcomes(passed=2)
     old, new = saved_runs(pytester)
     monkeypatch.chdir(pytester.path)
-    listing = run_cli("runs")
+    listing = cli_in_process("runs")
     assert old.run_id in listing.stdout and new.run_id in listing.stdout
-    compared = run_cli("compare", old.run_id, new.run_id, "--fail", "ets:5%", "--html", "c.html", check=False)
+    compared = cli_in_process("compare", old.run_id, new.run_id, "--fail", "ets:5%", "--html", "c.html", check=False)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "noise" in compared.stdout and (pytester.path / "c.html").exists()
 

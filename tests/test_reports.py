@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 from energy_factories import H100_REAL, V100, make_doc
 
+from conftest import cli_in_process
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.gate.verdicts import REGRESSION
 from pytest_gpuenergy.reports.digest import digest
@@ -324,17 +323,18 @@ def test_json_report_has_no_nan():
 
 # -- as a user runs it ------------------------------------------------------------------------------
 
-def test_gpuenergy_compare_at_80_columns_names_the_regressed_test_first(tmp_path):
+def test_gpuenergy_compare_at_80_columns_names_the_regressed_test_first(tmp_path, monkeypatch):
     """One of three tests regressed, caps 40 % and 100 %: the terminal fits 80 columns, the reports
-    name the regressed test before any other, and caps come in value order."""
+    name the regressed test before any other, and caps come in value order. (The command in a
+    process of its own: ``test_compare_cli.py::test_exit_codes_in_a_real_process``.)"""
     store = RunStore(tmp_path / ".energy")
     common = dict(workloads=("alpha", "beta", "gamma"), caps_w=(280.0, 700.0), percent=True, n=5)
     old = store.save(make_doc(seed=1, **common))
     new = store.save(make_doc(seed=2, minutes=30, scale={"gamma": 1.3}, **common))
-    env = dict(os.environ, COLUMNS="80")
-    proc = subprocess.run([sys.executable, "-m", "pytest_gpuenergy.cli", "compare", str(old), str(new), "--fail",
-                           "ets:5%", "--markdown", "r.md", "--html", "r.html"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    proc = cli_in_process("compare", str(old), str(new), "--fail", "ets:5%", "--markdown", "r.md", "--html", "r.html",
+                          check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
