@@ -196,7 +196,7 @@ def test_a_sigkilled_clock_capped_run_is_repaired_by_the_next_session(pytester, 
     assert lock_now() == [210, 990]                    # left locked, as a real GPU would be
     assert "SM clock locked at 210-990 MHz by pid" in cli_in_process("info", "--gpu-backend=sim").stdout
     pytester.makepyfile(test_k="def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*repaired: GPU 0*SM clock locked at 210-990 MHz*restored to not locked*"])
     assert lock_now() is None

@@ -109,7 +109,7 @@ def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim
             assert True
         """
     ))
-    result = pytester.runpytest_subprocess("--gpu-caps=300")
+    result = pytester.runpytest("--gpu-caps=300")
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1
     assert outcomes.get("failed", 0) + outcomes.get("errors", 0) >= 1

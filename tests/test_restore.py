@@ -82,7 +82,7 @@ def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, s
     assert "journal: GPU 0" in info_text and "capped at 250 W by pid" in info_text
 
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("test_ok.py")
+    result = pytester.runpytest("test_ok.py")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*repaired: GPU 0*capped at 250 W by pid*previous limit 550 W: restored to 550 W*",
