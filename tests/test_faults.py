@@ -183,7 +183,7 @@ def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester, sim_s
     wait_for(pytester.path / "capped")
     try:
         pytester.makepyfile(test_other="def test_o(gpu_power_cap):\n    pass\n")
-        result = pytester.runpytest_subprocess("test_other.py", "--energy-lock-timeout=0.5")
+        result = pytester.runpytest("test_other.py", "--energy-lock-timeout=0.5")
         result.assert_outcomes(errors=1)
         result.stdout.fnmatch_lines(["*waited 0.5 s for the GPU lock*held by pid*another test session is using that GPU*"])
     finally:
@@ -265,7 +265,7 @@ def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
     from pytest_gpuenergy.runs.store import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
-    pytester.runpytest_subprocess("--energy-save").assert_outcomes(passed=1)
+    pytester.runpytest("--energy-save").assert_outcomes(passed=1)
     (old,) = RunStore(pytester.path / ".energy").runs()
     before = old.path.read_bytes()
     # A conftest that makes the document's write hang once its bytes are in the temporary file.

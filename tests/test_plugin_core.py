@@ -383,7 +383,7 @@ def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins
     pytester.runpytest_subprocess("-p", "fake_driver").stdout.fnmatch_lines(["gpuenergy: backend nvml*"])
     pytester.runpytest_subprocess("-p", "fake_driver", "--gpu-backend=sim").stdout.fnmatch_lines(["gpuenergy: backend sim*"])
     monkeypatch.setenv("GPUENERGY_BACKEND", "cuda")
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*GPUENERGY_BACKEND='cuda': choose from auto, nvml, sim, or unset it*"])
     assert run_cli("info", check=False).returncode == 2
