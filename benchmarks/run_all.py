@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "suite_time", "compare_scaling")
+SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "suite_time", "compare_scaling", "startup")
 
 
 def goal_lines(results: Path, quick: bool) -> list[str]:
@@ -58,6 +58,10 @@ def goal_lines(results: Path, quick: bool) -> list[str]:
         widest = max(scaling["rows"], key=lambda r: (r["cases"], r["cpu_s"]))
         lines.append(f"comparison: {widest['cases']} cases in {widest['cpu_s']:.1f} s of CPU, {widest['ratio_to_smallest']:.1f}x "
                      f"the CPU of {widest['cases_ratio']:.0f}x fewer cases (linear: about {widest['cases_ratio']:.0f}x)")
+    startup = load("startup")
+    if startup:
+        lines.append(f"start-up: the plugin adds {1000 * startup['plugin_added_s']:.0f} ms to a pytest session that "
+                     f"measures nothing")
     return lines
 
 

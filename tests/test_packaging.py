@@ -29,3 +29,20 @@ def test_the_wheel_ships_the_reference_workloads_with_their_data(tmp_path):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "gpuenergy = pytest_gpuenergy.plugin.hooks" in text and "gpuenergy = pytest_gpuenergy.cli:main" in text
+
+
+def test_the_command_loads_only_what_its_commands_need():
+    """``gpuenergy`` starts in every shell that types it: the package exports its names lazily
+    (``lazy.py``), so the command's start leaves out the meter, the comparison, the report writers,
+    the fleet's driver, pytest, matplotlib and Ray (the time it takes: ``benchmarks/startup.py``)."""
+    code = "import sys, pytest_gpuenergy.cli.main; print('\\n'.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                timeout=60).stdout.split())
+    assert "pytest_gpuenergy.gpu.device" in loaded and "pytest_gpuenergy.cli.compare" in loaded
+    left_out = ("pytest_gpuenergy.meter.energy_meter", "pytest_gpuenergy.gate.compare", "pytest_gpuenergy.reports.html",
+                "pytest_gpuenergy.fleet.driver", "pytest", "matplotlib", "ray")
+    assert not loaded.intersection(left_out), sorted(loaded.intersection(left_out))
+    # The names the package exports still resolve, each from its own module.
+    import pytest_gpuenergy
+    from pytest_gpuenergy.meter import EnergyMeter
+    assert pytest_gpuenergy.EnergyMeter is EnergyMeter and set(pytest_gpuenergy.__all__) <= set(dir(pytest_gpuenergy))
