@@ -38,6 +38,13 @@ def runs():
     return old, new, compare_documents(old, new, GATE)
 
 
+@pytest.fixture(scope="module")
+def page(runs) -> str:
+    """The HTML report of ``runs`` with its baseline, drawn once for the tests that read it."""
+    old, new, comparison = runs
+    return html_report([new], comparison, baselines=[old])
+
+
 def suite_docs(n: int = 5, noise: float = 0.02):
     """Three saved sessions of an 18-workload, 7-cap suite (126 cases) and a run with +25 % work in one workload."""
     common = dict(workloads=WORKLOADS_18, caps_w=CAPS_7, percent=True, n=n, noise=noise,
@@ -235,9 +242,7 @@ def test_gaps_are_said_once(runs):
 
 # -- HTML -------------------------------------------------------------------------------------------
 
-def test_html_is_self_contained(runs):
-    old, new, comparison = runs
-    page = html_report([new], comparison, baselines=[old])
+def test_html_is_self_contained(page):
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     lower = page.lower()
     assert "http://" not in lower and "https://" not in lower and "//cdn" not in lower
@@ -249,9 +254,7 @@ def test_html_is_self_contained(runs):
     assert len(ids) == len(set(ids)), "ids repeat between the inline plots"
 
 
-def test_html_leads_with_the_regression_and_links_its_plot(runs):
-    old, new, comparison = runs
-    page = html_report([new], comparison, baselines=[old])
+def test_html_leads_with_the_regression_and_links_its_plot(page):
     assert page.index("Gate FAILED") < page.index("<table class=\"changes\">") < page.index("<details>")
     first = re.search(r'<tr class="(\w+)">(.*?)</tr>', page[page.index('<table class="changes">'):])
     assert first.group(1) == "regression" and "alexnet-train" in first.group(2)
@@ -259,9 +262,7 @@ def test_html_leads_with_the_regression_and_links_its_plot(runs):
     assert f'id="{target}"' in page and page.index("Overview") < page.index(f'id="{target}"')
 
 
-def test_html_plots_are_matplotlib_svg_with_distinct_accessible_names(runs):
-    old, new, comparison = runs
-    page = html_report([new], comparison, baselines=[old])
+def test_html_plots_are_matplotlib_svg_with_distinct_accessible_names(page):
     plots = re.findall(r'<svg class="plot[^"]*" role="img" aria-labelledby="([^"]+)"', page)
     assert len(plots) == 2 + 1 + 2        # a sweep per workload, the heatmap, a Pareto view per workload
     titles = [re.search(rf'<title id="{i}">([^<]*)</title>', page).group(1) for i in plots]
