@@ -31,6 +31,9 @@ _MAX_BRACKETS = 16               # ...and only this many are kept: a fit costs t
 _WIDEST_SHARE = 0.25             # a bracket wider than this share of a period says little and may hold two ticks
 _CONFIDENT_BRACKETS = 4          # brackets a lattice needs before the recorder reads only around its ticks
 _MAX_MISSES = 2                  # contradicting reads in a row before the lattice is learned again
+# The true period lies within these multiples of the nominal one (NVML: "about every 100 ms"; 100.3 ms
+# measured on an H100). It bounds how many ticks a gap between two brackets can hold.
+_PERIOD_PRIOR = (0.8, 1.25)
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class TickLearner:
             return
         newest = bracket.before
         self.brackets = [b for b in [*self.brackets, bracket][-_MAX_BRACKETS:] if b.before >= newest - _WINDOW_S]
-        fitted = fit(self.brackets, self.nominal_period_s, self.lattice.period_s if self.lattice else None)
+        fitted = fit(self.brackets, self.nominal_period_s)
         if fitted is not None:
             self.lattice = fitted
 
@@ -167,29 +170,26 @@ class TickLearner:
             self.misses = 0
 
 
-def fit(brackets: Sequence[Bracket], nominal_period_s: float, previous_period_s: float | None) -> Lattice | None:
-    """The lattice all ``brackets`` allow (period and phase), or None with fewer than two ticks.
+def fit(brackets: Sequence[Bracket], nominal_period_s: float) -> Lattice | None:
+    """The lattice the newest ``brackets`` allow (period and phase), or None with fewer than two ticks.
 
-    Ticks are numbered from the nominal (or previous) period, the period refined by a weighted
-    least-squares fit (narrow brackets count more), and the numbers assigned again. Then every
-    lattice consistent with all brackets is possible: for each pair, (k_j - k_i) * period lies in
-    [a_j - b_i, b_j - a_i]; the period is the middle of that range and the phase the middle of the
-    interval the brackets leave at that period. Brackets that no strictly periodic lattice fits
-    (jitter) give the least-squares lattice with no error bound (``numbered`` empty).
+    Ticks are numbered from the newest bracket back, each older bracket only where the newer ones
+    (and the prior on the period) leave it a single tick number (``_numbered_from_newest``): across
+    a long gap between sparse brackets, 20 or 21 periods can both fit, and a lattice built on the
+    wrong count would date every tick confidently and wrongly. Then the period is a weighted
+    least-squares fit (narrow brackets count more), and every lattice consistent with all brackets
+    is possible: for each pair, (k_j - k_i) * period lies in [a_j - b_i, b_j - a_i]; the period is
+    the middle of that range and the phase the middle of the interval the brackets leave at that
+    period. Brackets that no strictly periodic lattice fits (jitter) give the least-squares lattice
+    with no error bound (``numbered`` empty).
     """
     if len(brackets) < 2:
         return None
-    middles = [b.middle for b in brackets]
-    gaps = sorted(b - a for a, b in zip(middles, middles[1:]) if b - a > 0.005)
-    if not gaps:
+    brackets, ks = _numbered_from_newest(brackets, nominal_period_s)
+    if len(set(ks)) < 2:
         return None
-    period = previous_period_s or statistics.median(g / max(1, round(g / nominal_period_s)) for g in gaps)
-    for _ in range(2):
-        ks = [round((m - middles[-1]) / period) for m in middles]
-        if len(set(ks)) < 2:
-            return None
-        period = _weighted_slope(ks, middles, [1.0 / max(b.width, 1e-4) ** 2 for b in brackets])
-    ks = [round((m - middles[-1]) / period) for m in middles]
+    middles = [b.middle for b in brackets]
+    period = _weighted_slope(ks, middles, [1.0 / max(b.width, 1e-4) ** 2 for b in brackets])
     period_low, period_high = 0.0, math.inf
     for i, (bi, ki) in enumerate(zip(brackets, ks)):
         for bj, kj in zip(brackets[i + 1:], ks[i + 1:]):
@@ -205,6 +205,32 @@ def fit(brackets: Sequence[Bracket], nominal_period_s: float, previous_period_s:
         return Lattice(period, (low + high) / 2, (period_low, period_high), numbered, len(brackets))
     phase = statistics.fmean(m - k * period for m, k in zip(middles, ks))
     return Lattice(period, phase, (0.0, math.inf), (), len(brackets))
+
+
+def _numbered_from_newest(brackets: Sequence[Bracket], nominal_period_s: float) -> tuple[list[Bracket], list[int]]:
+    """The newest brackets, oldest first, with their tick numbers (the newest: 0), as far back as each
+    older bracket has only one number that every newer one allows with a period in the range they
+    and the prior leave; the first bracket with two possible numbers (or none) ends them."""
+    ordered = sorted(brackets, key=lambda b: b.middle)
+    period_low, period_high = _PERIOD_PRIOR[0] * nominal_period_s, _PERIOD_PRIOR[1] * nominal_period_s
+    tied, ks = [ordered[-1]], [0]
+    for older in reversed(ordered[:-1]):
+        lowest, highest = -math.inf, math.inf
+        for newer, k in zip(tied, ks):       # k - k_older ticks lie between them, each a period apart
+            fewest = max(0.0, (newer.after - older.before) / period_high)
+            most = (newer.before - older.after) / period_low
+            lowest, highest = max(lowest, k - math.floor(most)), min(highest, k - math.ceil(fewest))
+        if lowest != highest:
+            break
+        for newer, k in zip(tied, ks):
+            if k > lowest:
+                period_low = max(period_low, (newer.after - older.before) / (k - lowest))
+                period_high = min(period_high, (newer.before - older.after) / (k - lowest))
+        if period_low > period_high:
+            break
+        tied.append(older)
+        ks.append(int(lowest))
+    return tied[::-1], ks[::-1]
 
 
 def _weighted_slope(xs: Sequence[int], ys: Sequence[float], weights: Sequence[float]) -> float:
