@@ -32,12 +32,39 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import _common as common
 
 NAME = "real_gpu"
 WORKLOADS = ("residual", "vgg", "transformer")
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """How long each part runs: the full run, ``--quick``, and ``--smoke`` (the project's tests)."""
+
+    steady_s: float                      # the counter against sampling
+    margin_s: float                      # ...its readers start this long before the work and stop after it
+    repeat: int                          # repeatability: repetitions of measure()
+    min_time_s: float                    # ...each at least this long
+    workloads: tuple[str, ...]
+    mode: str                            # train, or infer (a process's first training step imports torch's compiler)
+    window_lengths_s: tuple[float, ...]  # short windows
+    per_length: int
+    settle_s: float
+    phases: tuple[str, ...]
+    reads: int                           # read costs: reads timed
+    empty_regions: int                   # ...and empty regions
+    overhead_lengths_s: tuple[float, ...]
+    overhead_pairs: int
+
+
+FULL = Lengths(12.0, 0.5, 5, 2.0, WORKLOADS, "train", (0.05, 0.1, 0.2, 0.5, 1.0), 8, 1.5, ("busy", "idle"), 2000, 12,
+               (1.0, 10.0), 5)
+QUICK = replace(FULL, steady_s=3.0, repeat=3, min_time_s=0.5, per_length=3, overhead_lengths_s=(1.0,), overhead_pairs=3)
+SMOKE = Lengths(0.4, 0.15, 2, 0.1, WORKLOADS[-1:], "infer", (0.05, 0.2), 1, 0.2, ("busy",), 200, 2, (0.1,), 1)
 
 
 def steady_work(device: str) -> Callable[[float], None]:
@@ -251,6 +278,7 @@ def main() -> None:
     args = p.parse_args()
     if args.smoke:
         args.quick = True
+    lengths = SMOKE if args.smoke else QUICK if args.quick else replace(FULL, steady_s=args.steady_s)
     if args.backend == "nvml":
         import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
@@ -267,35 +295,30 @@ def main() -> None:
           f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
     try:
         work = steady_work(args.device)
-        steady_s = 0.4 if args.smoke else 3.0 if args.quick else args.steady_s
-        comparison = counter_vs_sampling(gpu, work, steady_s, margin_s=0.15 if args.smoke else 0.5)
+        comparison = counter_vs_sampling(gpu, work, lengths.steady_s, margin_s=lengths.margin_s)
         common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
-                           title=f"Energy counter against integrated power over {steady_s:g} s of steady work")
-        rows = repeatability(backend, gpu, args.size, args.device, 2 if args.smoke else 3 if args.quick else 5,
-                             0.1 if args.smoke else 0.5 if args.quick else 2.0,
-                             WORKLOADS[-1:] if args.smoke else WORKLOADS,
-                             mode="infer" if args.smoke else "train")   # (a first training step imports torch's compiler)
+                           title=f"Energy counter against integrated power over {lengths.steady_s:g} s of steady work")
+        rows = repeatability(backend, gpu, args.size, args.device, lengths.repeat, lengths.min_time_s, lengths.workloads,
+                             mode=lengths.mode)
         common.print_table(["workload", "reps", "calls", "ETS J", "CV", "T s/step", "P W", "method"],
                            [[r["workload"], r["repetitions"], r["calls"], r["ets_j_mean"], common.pct(r["ets_cv"], 2),
                              r["time_s_per_step"], r["mean_power_w"], r["method"]] for r in rows],
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
-        windows = window_accuracy(backend, gpu, work, (0.05, 0.2) if args.smoke else (0.05, 0.1, 0.2, 0.5, 1.0),
-                                  1 if args.smoke else 3 if args.quick else 8, settle_s=0.2 if args.smoke else 1.5,
-                                  phases=("busy",) if args.smoke else ("busy", "idle"))
+        windows = window_accuracy(backend, gpu, work, lengths.window_lengths_s, lengths.per_length,
+                                  settle_s=lengths.settle_s, phases=lengths.phases)
         common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
                              common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
                             for r in windows],
                            title="Short windows against the long-run power (steady work, and idle)")
-        costs = read_costs(backend, gpu, *((200, 2) if args.smoke else (2000, 12)))
+        costs = read_costs(backend, gpu, lengths.reads, lengths.empty_regions)
         common.print_table(["figure", "value"], [
             ["energy counter read, median / p99 us", f"{costs['energy_read']['median_us']:.0f} / {costs['energy_read']['p99_us']:.0f}"],
             ["power read, median / p99 us", f"{costs['power_read']['median_us']:.1f} / {costs['power_read']['p99_us']:.1f}"],
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
-        over = overhead(backend, gpu, work, (0.1,) if args.smoke else (1.0,) if args.quick else (1.0, 10.0),
-                        1 if args.smoke else 3 if args.quick else 5)
+        over = overhead(backend, gpu, work, lengths.overhead_lengths_s, lengths.overhead_pairs)
         common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
                            [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
                             for r in over], title="Meter overhead on steady GPU work")
@@ -312,7 +335,7 @@ def main() -> None:
             "gpu": {"name": gpu.name, "uuid": gpu.uuid, "backend": backend.name, "driver": backend.driver_version,
                     "cuda": torch.version.cuda, "limit_w": limits_before.enforced_mw / 1000,
                     "default_limit_w": limits_before.default_mw / 1000, "simulated": backend.simulated},
-            "settings": {"steady_s": steady_s, "size": args.size, "device": args.device, "smoke": args.smoke},
+            "settings": {"steady_s": lengths.steady_s, "size": args.size, "device": args.device, "smoke": args.smoke},
             "counter_vs_sampling": comparison,
             "repeatability": rows,
             "windows": windows,
