@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import warnings
@@ -83,16 +82,13 @@ def test_run_all_rejects_an_unknown_benchmark():
     assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr
 
 
-def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_path, monkeypatch, capsys):
+def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_path, sim_state, monkeypatch, capsys):
     """The script's main() in this process (torch is imported here already: 1.3 s less than a fresh
     interpreter; the benchmark scripts as processes: run_all's test above)."""
     import real_gpu
 
-    for name in [k for k in os.environ if k.startswith("GPUENERGY_SIM")]:
-        monkeypatch.delenv(name)
     # The script times a real GPU from threads on the host's clock: its dry run needs the simulator
     # in real time too.
-    monkeypatch.setenv("GPUENERGY_SIM_STATE", str(tmp_path / "sim-state"))
     monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
     monkeypatch.setattr(sys, "argv", ["real_gpu.py", "--backend", "sim", "--device", "cpu", "--size", "tiny", "--smoke",
                                       "--out", str(tmp_path)])

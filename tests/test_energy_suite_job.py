@@ -42,16 +42,13 @@ def saved_figures(storage: Path) -> dict[str, list[tuple[float, float]]]:
     return {case.case_id: [(rep.ets_j, rep.time_s) for rep in case.repetitions] for case in document.cases}
 
 
-def main_job_in_process(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str,
-                        seed: int) -> pytest.RunResult:
+def main_job_in_process(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str, seed: int) -> pytest.RunResult:
     """``pytest ARGS`` on the reference suite as a session in this process (torch is imported here
-    already: 1.5 s less than a fresh interpreter), on a private simulated GPU. The suite's conftest
-    makes torch single-threaded; this process gets its thread count back."""
+    already: 1.5 s less than a fresh interpreter), on the test's private simulated GPU (``sim_state``)
+    with ``seed``. The suite's conftest makes torch single-threaded; this process gets its thread
+    count back."""
     import torch
 
-    for name in [k for k in os.environ if k.startswith("GPUENERGY_SIM")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("GPUENERGY_SIM_STATE", str(tmp_path / "sim-state"))
     monkeypatch.setenv("GPUENERGY_SIM_SEED", str(seed))
     threads = torch.get_num_threads()
     try:
@@ -60,7 +57,8 @@ def main_job_in_process(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
         torch.set_num_threads(threads)
 
 
-def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(pytester, monkeypatch, tmp_path):
+def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(pytester, monkeypatch, sim_state,
+                                                                                      tmp_path):
     """Declared work on a virtual clock: the host's load is no part of a simulated figure. The same
     cases with the same seed in two interpreters (this one, quiet; a fresh one beside a CPU hog: other
     hash seeds, other timings) give the same figures. A CNN's and an RNN's step (compute- and
@@ -68,7 +66,7 @@ def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy
     steps: a process's first training step imports torch's compiler for the optimiser (1.4 s of
     start-up here), and the steps' own CPU work is no part of a figure."""
     subset = ("-k", "vgg-infer or seq2seq-infer", "--gpu-caps=60%,100%", "--energy-save")
-    quiet = main_job_in_process(pytester, monkeypatch, tmp_path / "quiet", str(ROOT / "reference_workloads"), *subset,
+    quiet = main_job_in_process(pytester, monkeypatch, str(ROOT / "reference_workloads"), *subset,
                                 f"--energy-storage={tmp_path / 'quiet-runs'}", seed=11)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -114,7 +112,7 @@ def test_the_main_job_passes_on_the_simulated_gpu(readme_main_job):
     assert len(saved_figures(storage)) == cases
 
 
-def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(readme_main_job, pytester, monkeypatch, tmp_path):
+def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(readme_main_job, pytester, monkeypatch, sim_state):
     """Unchanged, the step passed its budget in the main job (seed 1); the same step doing 10 % more
     work goes over it, and the gate, against the main job's saved run, calls it a regression. (A
     pytest session in this process, where torch is imported already: the main job above is the
@@ -126,7 +124,7 @@ def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(readme_mai
     counted = registry.counted_work
     monkeypatch.setattr(registry, "counted_work", lambda *args: counted(*args).scaled(1.10))
     case = ROOT / "reference_workloads" / "test_energy_suite.py"
-    grown = main_job_in_process(pytester, monkeypatch, tmp_path, f"{case}::test_energy[memnet-infer-100%]",  # cheap, no optimiser
+    grown = main_job_in_process(pytester, monkeypatch, f"{case}::test_energy[memnet-infer-100%]",  # cheap, no optimiser
                                 "--gpu-caps=100%", f"--energy-storage={storage}", "--energy-fail=ets:5%", seed=1)
     out = grown.stdout.str()
     assert grown.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
