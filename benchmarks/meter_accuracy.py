@@ -32,7 +32,6 @@ import random
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -72,18 +71,14 @@ WORKS: dict[str, Callable[[float], None]] = {"steady": common.spin_python, "burs
 
 def measure_region(meter: Any, backend: Any, gpu: Any, api: str, work: Callable[[float], None], length: float,
                    rng: random.Random) -> dict:
-    from pytest_gpuenergy.errors import EnergyMeasurementWarning
-
     time.sleep(rng.uniform(0.05, 0.25))   # from an idle GPU, at a random phase of its ticks
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", EnergyMeasurementWarning)
-        if api == "with":
-            with meter:
-                work(length)
-            calls = 1
-        else:
-            meter.measure(work, length, repeat=1, warmup=1, min_time_s=0.5)
-            calls = meter.result.repetitions[0].calls
+    if api == "with":
+        with meter:
+            work(length)
+        calls = 1
+    else:
+        meter.measure(work, length, repeat=1, warmup=1, min_time_s=0.5)
+        calls = meter.result.repetitions[0].calls
     t0, t1 = meter.last_region
     nvml = backend.nvml
     exact_j = (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000.0 / calls
@@ -97,7 +92,7 @@ def measure_region(meter: Any, backend: Any, gpu: Any, api: str, work: Callable[
         "bound_width": (result.ets_high_j - result.ets_low_j) / exact_j,
         "zero": result.ets_j <= 0,
         "above_max": result.mean_power_w > max_limit_w,
-        "coarse": any(issubclass(w.category, EnergyMeasurementWarning) for w in caught),
+        "coarse": result.coarse,
     }
 
 

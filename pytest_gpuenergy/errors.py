@@ -12,7 +12,7 @@ class BackendUnavailable(GpuEnergyError):
 
 
 class GpuSelectionError(GpuEnergyError):
-    """``--gpus`` or ``CUDA_VISIBLE_DEVICES`` names no usable GPU."""
+    """``--gpu-devices`` or ``CUDA_VISIBLE_DEVICES`` names no usable GPU."""
 
 
 class CapOutOfRange(GpuEnergyError):

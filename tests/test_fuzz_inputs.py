@@ -85,7 +85,7 @@ BAD_OPTION_VALUES = [
     ("--energy-repeat", v) for v in ["abc", "0", "-1", "2.5", "1e9"]
 ] + [
     ("--energy-lock-timeout", v) for v in ["abc", "-1", "nan", "inf"]
-] + [("--gpus", v) for v in ["7", "GPU-nope", "x"]]
+] + [("--gpu-devices", v) for v in ["7", "GPU-nope", "x"]]
 
 
 @pytest.mark.parametrize(("option", "value"), BAD_OPTION_VALUES)

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import declare, spin
-from pytest_gpuenergy.errors import EnergyMeasurementWarning, MeasurementError
+from pytest_gpuenergy.errors import MeasurementError
 from pytest_gpuenergy.gpu.capping import PowerCapper, parse_cap
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import journal_for
@@ -81,8 +81,8 @@ def test_a_short_block_never_reads_0_j_nor_more_power_than_the_gpu_can_draw(back
         limit_w = gpus[0].enforced_limit_mw() / 1000
         meter = EnergyMeter(backend, gpus)
         for seconds in (0.005, 0.015, 0.05, 0.005, 0.015, 0.05):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")          # a short block is a note on its result, never a warning
                 with meter:
                     spin(seconds)
             result = meter.result
@@ -90,8 +90,7 @@ def test_a_short_block_never_reads_0_j_nor_more_power_than_the_gpu_can_draw(back
             assert result.ets_j > 0 and 0 < result.mean_power_w <= limit_w, result.describe()
             assert result.ets_low_j <= truth <= result.ets_high_j, (result.describe(), truth)
             assert result.ets_high_j <= 1.1 * gpus[0].limits().max_mw / 1000 * result.time_s + 1e-3
-            assert any(issubclass(w.category, EnergyMeasurementWarning) and "truth lies in" in str(w.message)
-                       for w in caught)
+            assert any("too short" in note and "truth lies in" in note for note in result.notes), result.notes
 
 
 def test_twice_the_work_measures_about_twice_the_energy(backend):
@@ -120,10 +119,8 @@ def test_a_block_with_twice_the_work_of_a_short_one_measures_1_5_to_2_6_times_it
     for _ in range(3):
         energies = []
         for seconds in (0.15, 0.3):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", EnergyMeasurementWarning)
-                with meter:
-                    declare(seconds)
+            with meter:
+                declare(seconds)
             energies.append(meter.result.ets_j)
         ratios.append(energies[1] / energies[0])
     assert all(1.5 <= r <= 2.6 for r in ratios), ratios
@@ -200,13 +197,25 @@ def test_a_lost_gpu_is_named(backend):
         declare(0.2)
 
 
-def test_a_block_that_raises_records_nothing(backend):
+def test_a_block_that_raises_records_nothing_and_its_result_says_why(backend):
     meter = EnergyMeter(backend, backend.select(None))
     with pytest.raises(ZeroDivisionError), meter:
         1 / 0
     assert meter.results == []
-    with pytest.raises(MeasurementError, match="measured nothing yet"):
+    with pytest.raises(MeasurementError, match="no figure for the last measured block: it raised ZeroDivisionError"):
         meter.result
+    with meter:
+        declare(0.2)
+    assert meter.result.ets_j > 0                      # a block that ends gives its figure again
+    with pytest.raises(KeyError), meter:
+        raise KeyError("x")
+    with pytest.raises(MeasurementError, match="raised KeyError before it ended .the figures of earlier blocks"):
+        meter.result
+
+
+def test_a_meter_that_measured_nothing_says_how_to_measure(backend):
+    with pytest.raises(MeasurementError, match="measured nothing yet: wrap the work"):
+        EnergyMeter(backend, backend.select(None)).result
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -257,10 +266,8 @@ def test_reads_too_slow_to_date_the_ticks_still_give_a_bound_that_holds_the_trut
     backend = open_backend("sim")
     gpu = backend.select(None)[0]
     meter = EnergyMeter(backend, [gpu])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EnergyMeasurementWarning)
-        with meter:
-            spin(0.3)
+    with meter:
+        spin(0.3)
     truth = exact_j(backend, gpu, *meter.last_region)
     backend.close()
     result = meter.result

@@ -70,7 +70,7 @@ def test_the_previous_limit_comes_back_whatever_the_test_does(pytester, sim_stat
     assert not list((sim_state / "journal").glob("GPU-*.json"))
 
 
-def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, sim_state):
+def test_a_killed_run_is_repaired_by_the_next_session_which_says_so(pytester, sim_state):
     """SIGKILL while capped (the OOM killer, kill -9): nothing of the session runs, the journal stays."""
     set_sim_limit(550)
     pytester.makepyfile(test_crash=CRASHING_TESTS)
@@ -86,7 +86,8 @@ def test_a_killed_run_is_repaired_by_the_next_session_with_a_warning(pytester, s
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*repaired: GPU 0*capped at 250 W by pid*previous limit 550 W: restored to 550 W*",
-        "*PowerLimitWarning: gpuenergy: a run died with a GPU capped*",
+        "gpuenergy: a run died with a GPU capped: GPU 0 (NVIDIA H100 80GB HBM3",
+        "*restored to 550 W",
     ])
     assert gpu_info()[0]["current_limit_w"] == 550.0
     assert not list((sim_state / "journal").glob("GPU-*.json"))      # repaired once: the entry is gone

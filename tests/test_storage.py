@@ -36,13 +36,14 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_document_has_the_documented_fields():
     doc = make_doc(n=3)
     data = doc.to_json()
-    assert data["format"] == FORMAT and data["version"] == VERSION == 2
+    assert data["format"] == FORMAT and data["version"] == VERSION == 3
     assert set(data) == {"format", "version", "run_id", "created_at", "backend", "simulated", "gpu_model",
                          "machine", "commit", "options", "cases"}
     case = data["cases"][0]
     assert set(case) == {"case_id", "test", "cap", "gpu_index", "gpu_name", "gpu_uuid", "backend", "simulated",
                          "method", "power_source", "limit_requested_w", "limit_enforced_w", "default_limit_w",
-                         "repetitions", "summary", "notes", "gpu_slot", "host", "rank"}
+                         "repetitions", "summary", "notes", "gpu_slot", "host", "rank", "outcome"}
+    assert case["outcome"] == "passed"
     assert set(case["repetitions"][0]) == {"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w", "calls",
                                            "ets_low_j", "ets_high_j"}
     assert case["repetitions"][0]["ets_low_j"] <= case["repetitions"][0]["ets_j"] <= case["repetitions"][0]["ets_high_j"]
@@ -197,7 +198,7 @@ def _bad_files(doc: RunDocument) -> dict[str, tuple[bytes, str]]:
         "binary": (b"\xff\xfe\x00garbage", "not UTF-8"),
         "foreign": (json.dumps({"name": "package.json", "version": "1.0.0"}).encode(), "not a pytest-gpuenergy run document"),
         "list": (b"[1, 2, 3]", "not a pytest-gpuenergy run document"),
-        "newer": (json.dumps(newer).encode(), "version 3 is newer.*pip install -U pytest-gpuenergy"),
+        "newer": (json.dumps(newer).encode(), "version 4 is newer.*pip install -U pytest-gpuenergy"),
         "wrong-field": (json.dumps(wrong_field).encode(), r"cases\[1\]\.repetitions\[0\]\.ets_j: must be a number"),
         "no-repetitions": (json.dumps(no_reps).encode(), r"cases\[0\]\.repetitions: is empty"),
         "bad-version": (json.dumps(_good_json(doc) | {"version": "1"}).encode(), "version: must be a whole number"),

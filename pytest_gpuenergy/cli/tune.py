@@ -52,7 +52,7 @@ def add_tune_command(commands: Any) -> None:
     tune.add_argument("--step", type=float, default=DEFAULT_STEP_W, help=f"power grid step in W (default {DEFAULT_STEP_W:g})")
     tune.add_argument("--storage", default=DEFAULT_TUNE_STORAGE,
                       help=f"where the sessions save their run documents (default {DEFAULT_TUNE_STORAGE}; not your baselines)")
-    tune.add_argument("--gpus", help="GPUs to tune, NVML indices or UUIDs (default all visible; one per model is tuned)")
+    tune.add_argument("--gpu-devices", help="GPUs to tune, NVML indices or UUIDs (default all visible; one per model is tuned)")
     tune.add_argument("--gpu-backend", choices=BACKEND_CHOICES, default=None)
     tune.add_argument("--json", metavar="FILE", help="also write the results as JSON (- for standard output)")
     tune.add_argument("--html", metavar="FILE", help="also write an HTML report plotting the measured settings (power knob)")
@@ -127,7 +127,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     kind = args.gpu_backend or default_backend()
     backend = open_backend(kind)
     try:
-        gpus = models_to_tune(backend, args.gpus)
+        gpus = models_to_tune(backend, args.gpu_devices)
         options = TuneOptions(
             targets=tuple(targets), pytest_args=tuple(pytest_args), knob=args.knob,
             objectives=objectives, max_settings=args.max_settings, repeat=args.repeat,

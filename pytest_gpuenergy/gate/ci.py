@@ -8,7 +8,7 @@ nothing half: every file goes through ``fileio``'s atomic writes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,13 +71,16 @@ class EnergyGate:
                 self.store.resolve(self.options.compare, backend, model)
 
     def finish(self, cases: Sequence[tuple[str, EnergyResult]], *, machine: dict[str, Any],
-               commit: dict[str, Any] | None, run_options: dict[str, Any]) -> GateOutcome:
+               commit: dict[str, Any] | None, run_options: dict[str, Any],
+               outcomes: Mapping[str, str] | None = None) -> GateOutcome:
+        """Compare, save and report the session's cases (``outcomes``: how each case's test ended)."""
         outcome = GateOutcome()
         if not cases:
             if self.options.active:
                 outcome.lines.append("gpuenergy: nothing was measured: no run saved, nothing compared")
+                self._write_reports(outcome, job_summary=False)   # an asked-for file says so, rather than being missing
             return outcome
-        outcome.documents = build_documents(cases, machine=machine, options=run_options, commit=commit)
+        outcome.documents = build_documents(cases, machine=machine, options=run_options, commit=commit, outcomes=outcomes)
         try:
             self._compare(outcome)
             self._save(outcome)
@@ -102,7 +105,7 @@ class EnergyGate:
             path = self.store.save(doc)
             outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
 
-    def _write_reports(self, outcome: GateOutcome) -> None:
+    def _write_reports(self, outcome: GateOutcome, *, job_summary: bool = True) -> None:
         # The report writers are imported here: most sessions write none, and every pytest run
         # (with the plugin installed) would pay for importing them at start.
         from ..reports.html import html_report
@@ -116,7 +119,7 @@ class EnergyGate:
             ((self.options.markdown, lambda: markdown_report(docs, comparisons)),
              (self.options.html, lambda: html_report(docs, comparisons, baselines=baselines)),
              (self.options.json, lambda: json_report(docs, comparisons))),
-            self.options.step_summary, lambda: markdown_report(docs, comparisons),
+            self.options.step_summary if job_summary else None, lambda: markdown_report(docs, comparisons),
         )
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..metrics import METRIC_FIELDS, METRICS
 from ..runs.records import CaseEntry, RunDocument
@@ -41,12 +42,31 @@ def compare_documents(
     refusal = _refusal(old, new)
     if refusal:
         return Comparison(old.run_id, new.run_id, info_old, info_new, (), (refusal,), False, thresholds, confidence)
-    runs = _history_runs(old, new, history)
+    old, new, outcome_note = _passed_cases(old, new)
+    runs = _history_runs(old, new, [doc.passed_only() for doc in history])
     saved = _saved_by_key(runs)
     cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else ())
                   for o, n in _pair_cases(old.cases, new.cases))
-    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),)
+    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + outcome_note
     return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
+
+
+def _passed_cases(old: RunDocument, new: RunDocument) -> tuple[RunDocument, RunDocument, tuple[str, ...]]:
+    """Only cases whose test passed are compared: a failed, erroring or xfailed test's figures are no
+    baseline, and a case whose test did not pass this time is not reported missing (a note says why)."""
+    not_passed = [case for case in new.cases if not case.passed]
+    if not not_passed and all(case.passed for case in old.cases):
+        return old, new, ()
+    left_out = {case.key for case in not_passed}
+    old = replace(old, cases=tuple(c for c in old.cases if c.passed and c.key not in left_out))
+    new = new.passed_only()
+    if not not_passed:
+        return old, new, ()
+    counts: dict[str, int] = {}
+    for case in not_passed:
+        counts[case.outcome] = counts.get(case.outcome, 0) + 1
+    how = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
+    return old, new, (f"{len(not_passed)} case{'s' if len(not_passed) != 1 else ''} not compared: their test did not pass ({how})",)
 
 
 def baseline_comparison(
@@ -63,7 +83,7 @@ def baseline_comparison(
     that names no run, or a corrupt baseline file, raises ``StorageError``.
     """
     if ref == LATEST:
-        runs = [doc for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
+        runs = [doc.passed_only() for doc in store.runs(new.backend, new.gpu_model) if doc.run_id != new.run_id]
         found = case_baseline(runs, new)    # per case: the latest saved run that has it (shards.py)
         if found is None:
             what = f"none of the {len(runs)} saved runs of" if runs else "no saved run for"

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import time
-import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -35,7 +34,6 @@ from ..errors import (
     CapSyntaxError,
     LimitChangeError,
     LimitRestoreError,
-    PowerLimitWarning,
 )
 from ..runs.validation import shown
 from .device import RETRY_ATTEMPTS, Gpu, PowerLimits, retry_transient
@@ -213,6 +211,10 @@ class PowerCapper:
         self.lock_folder = lock_folder
         self._applied: list[_Applied] = []
         self._locks = ExitStack()
+        # What the user should know but that is no error (a GPU enforcing another limit than asked, a
+        # cap taken over from a dead run): said at the end of the session, never as a warning that a
+        # suite's ``filterwarnings = error`` would turn into a failure in the middle of a cap.
+        self.notices: list[str] = []
 
     def __enter__(self) -> PowerCapper:
         return self
@@ -250,15 +252,14 @@ class PowerCapper:
         left = self.journal.entry(gpu.uuid)     # a cap someone left: its entry knows the original
         original = left.previous_limit_mw if left is not None else limits.current_mw
         if left is not None and left.pid != os.getpid():
-            _warn_taken_over(gpu, left, limits.current_mw)
+            self.notices.append(_taken_over(gpu, left, limits.current_mw))
         if target_mw == limits.current_mw and left is None:
             return self._describe(gpu, limits, original, target_mw)   # nothing to change, nothing to undo
         self._applied.append(_Applied(gpu, self.journal.record(gpu, original, target_mw)))
         enforced = limits.enforced_mw if target_mw == limits.current_mw else self._set(gpu, limits, target_mw)
         return self._describe(gpu, limits, original, target_mw, enforced_mw=enforced)
 
-    @staticmethod
-    def _set(gpu: Gpu, limits: PowerLimits, target_mw: int) -> int:
+    def _set(self, gpu: Gpu, limits: PowerLimits, target_mw: int) -> int:
         """Set the cap and return what the GPU enforces; every failure is an error naming the GPU."""
         try:
             enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw), gpu.retry_backoff_s)
@@ -278,12 +279,8 @@ class PowerCapper:
                 f"the limit did not take effect (another power manager, or a driver that ignores it)"
             )
         if abs(enforced - target_mw) > 1000:
-            warnings.warn(
-                f"{gpu.label} enforces {enforced / 1000:g} W after a request for {target_mw / 1000:g} W; "
-                f"results record both",
-                PowerLimitWarning,
-                stacklevel=4,
-            )
+            self.notices.append(f"{gpu.label} enforces {enforced / 1000:g} W after a request for {target_mw / 1000:g} W; "
+                                f"results record both")
         return enforced
 
     @staticmethod
@@ -335,14 +332,12 @@ def _target_mw(spec: CapSpec, gpu: Gpu, limits: PowerLimits) -> int:
     return target
 
 
-def _warn_taken_over(gpu: Gpu, left: JournalEntry, current_mw: int) -> None:
+def _taken_over(gpu: Gpu, left: JournalEntry, current_mw: int) -> str:
     state = "still running" if left.owner_runs() else "gone"
-    warnings.warn(
+    return (
         f"{gpu.label} was left at {current_mw / 1000:g} W by pid {left.pid} ({state}, its restore never "
-        f"happened); this test takes over its journal entry and puts back the original "
-        f"{left.previous_limit_mw / 1000:g} W afterwards",
-        PowerLimitWarning,
-        stacklevel=4,
+        f"happened); this test took over its journal entry and put back the original "
+        f"{left.previous_limit_mw / 1000:g} W afterwards"
     )
 
 

@@ -181,7 +181,10 @@ class Backend:
         self.state_dir = state_dir
         self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         self.all_gpus = [Gpu(nvml, i, name) for i in range(nvml.nvmlDeviceGetCount())]
-        self.visible_gpus = visible_gpus(self.all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if self.simulated and cuda_visible is not None and not _split(cuda_visible):
+            cuda_visible = None      # "" hides the host's GPUs from CUDA; simulated ones are none of them
+        self.visible_gpus = visible_gpus(self.all_gpus, cuda_visible)
         # Region edges and NVML reads are timed on this clock: the simulator's own (virtual by
         # default: its time moves with its work only), a monotonic one on real GPUs.
         sim_clock = nvml.simClock() if self.simulated else None
@@ -200,7 +203,7 @@ class Backend:
         return self.state_dir / "locks"
 
     def select(self, spec: str | Sequence[str] | None) -> list[Gpu]:
-        """The GPUs ``--gpus`` names (NVML indices as ``gpuenergy info`` prints them, or UUIDs)."""
+        """The GPUs ``--gpu-devices`` names (NVML indices as ``gpuenergy info`` prints them, or UUIDs)."""
         if not self.visible_gpus:
             raise GpuSelectionError(
                 "no GPU is visible: CUDA_VISIBLE_DEVICES hides all of them; unset it or name a GPU"
@@ -213,7 +216,7 @@ class Backend:
             gpu = _match_gpu(self.visible_gpus, item)
             if gpu is None:
                 known = ", ".join(f"{g.index} ({g.uuid})" for g in self.visible_gpus)
-                raise GpuSelectionError(f"--gpus: no visible GPU matches {item!r}; visible GPUs: {known}")
+                raise GpuSelectionError(f"--gpu-devices: no visible GPU matches {item!r}; visible GPUs: {known}")
             if gpu not in chosen:
                 chosen.append(gpu)
         return chosen
@@ -326,12 +329,18 @@ def default_backend() -> str:
     return kind
 
 
-def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Backend:
-    """Open ``nvml``, ``sim``, or (``auto``) NVML where it finds a GPU and the simulator otherwise."""
+def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_seed: int | None = None) -> Backend:
+    """Open ``nvml``, ``sim``, or (``auto``) NVML where it finds a GPU that CUDA may use, and the
+    simulator otherwise.
+
+    ``CUDA_VISIBLE_DEVICES=""`` (CPU-only CI jobs set it) hides every GPU from CUDA: ``auto`` then
+    takes the simulator, whose GPUs stand in for none of the host's and are not hidden by it.
+    ``sim_seed``: the simulator's seed (default: ``GPUENERGY_SIM_SEED``, else a random one).
+    """
     if kind not in BACKEND_CHOICES:
         raise BackendUnavailable(f"unknown GPU backend {kind!r}: choose from {', '.join(BACKEND_CHOICES)}")
     if kind in ("auto", "nvml"):
-        reason = _try_nvml()
+        reason = _try_nvml(hidden_counts=kind == "auto")
         if reason is None:
             return Backend("nvml", pynvml, user_state_dir())
         if kind == "nvml":
@@ -341,26 +350,37 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None) -> Ba
             )
     from ..errors import SimStateError
     from ..sim.nvml import SimulatedNvml
+    from ..sim.state import default_state_dir
 
+    state_dir = sim_state_dir if sim_state_dir is not None else default_state_dir()
     try:
-        sim = SimulatedNvml(state_dir=sim_state_dir)
+        sim = SimulatedNvml(state_dir=state_dir, seed=sim_seed)
         sim.nvmlInit()
     except (SimStateError, ValueError) as exc:
         raise BackendUnavailable(f"the GPU simulator cannot start: {exc}") from None
+    except OSError as exc:
+        raise BackendUnavailable(
+            f"the GPU simulator cannot use its state folder {state_dir}: {exc.strerror or exc}"
+            f"{f' ({exc.filename})' if exc.filename else ''}; set GPUENERGY_SIM_STATE to a folder you can write"
+        ) from None
     sim.simCountCpuWork(False)    # the CPU-time proxy counts inside a meter's regions only
     return Backend("sim", sim, sim.state_dir)
 
 
-def _try_nvml() -> str | None:
-    """None if NVML works and shows a GPU, else why not."""
+def _try_nvml(*, hidden_counts: bool = False) -> str | None:
+    """None if NVML works and shows a GPU, else why not. With ``hidden_counts``, GPUs that
+    ``CUDA_VISIBLE_DEVICES`` hides all of count as none found."""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         return f"NVML is not available ({exc})"
     try:
-        if pynvml.nvmlDeviceGetCount() == 0:
-            pynvml.nvmlShutdown()
-            return "NVML finds no GPU"
+        count = pynvml.nvmlDeviceGetCount()
     except pynvml.NVMLError as exc:
+        pynvml.nvmlShutdown()
         return f"NVML cannot count GPUs ({exc})"
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if count == 0 or (hidden_counts and cuda_visible is not None and not _split(cuda_visible)):
+        pynvml.nvmlShutdown()
+        return "NVML finds no GPU" if count == 0 else "CUDA_VISIBLE_DEVICES hides every GPU"
     return None

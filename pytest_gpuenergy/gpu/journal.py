@@ -237,3 +237,21 @@ def whole_field(fields: dict[str, Any], name: str, low: int, high: int) -> None:
 
 def journal_for(backend: Backend) -> Journal:
     return Journal(backend.state_dir / "journal", backend.lock_folder)
+
+
+def may_need_repair(backend_kind: str) -> bool:
+    """Whether a journal that ``backend_kind`` would open holds an entry: a run may have died with a
+    GPU changed. Only looks (no backend is opened, nothing is written), so a session that uses none of
+    the plugin can still repair a GPU the last run left capped, and pays one directory listing."""
+    from ..fileio import user_state_dir
+    from ..sim.state import default_state_dir
+
+    folders = {"nvml": [user_state_dir()], "sim": [default_state_dir()]}.get(backend_kind) or [user_state_dir(), default_state_dir()]
+    for folder in folders:
+        for journal in (folder / "journal", folder / "journal" / "clocks"):
+            try:
+                if any(journal.glob("GPU-*.json")):
+                    return True
+            except OSError:
+                continue      # an unreadable folder: the session that uses the GPUs will say so
+    return False

@@ -56,7 +56,7 @@ def _acquire(path: Path, timeout_s: float) -> None:
                 if time.monotonic() >= deadline:
                     raise GpuBusyError(
                         f"waited {timeout_s:g} s for the GPU lock {path.name} held by {_owner(fd)}: another test session is "
-                        f"using that GPU; wait for it to finish, or select another GPU with --gpus"
+                        f"using that GPU; wait for it to finish, or select another GPU with --gpu-devices"
                     ) from None
                 if not said and timeout_s >= _SAY_AFTER_S and time.monotonic() >= deadline - timeout_s + _SAY_AFTER_S:
                     said = True

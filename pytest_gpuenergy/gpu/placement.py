@@ -2,7 +2,7 @@
 
 A test measures and caps the GPUs its work runs on, and nothing else: an 8-GPU node running one
 test per GPU must not charge each test with seven idle GPUs, nor make the tests wait for each
-other's locks. The pool is the GPUs ``--gpus`` selects (default: every visible GPU); each process
+other's locks. The pool is the GPUs ``--gpu-devices`` selects (default: every visible GPU); each process
 has a *slot* in it:
 
 * a single pytest process: slot 0, the pool's first GPU;
@@ -82,7 +82,7 @@ class Placement:
             raise GpuSelectionError(
                 f"torchrun starts {self.local_world_size} processes per node but only {len(pool)} GPU(s) are selected "
                 f"({', '.join(str(g.index) for g in pool)}): give each rank its own GPU (--nproc-per-node={len(pool)}, "
-                f"or widen --gpus / CUDA_VISIBLE_DEVICES)"
+                f"or widen --gpu-devices / CUDA_VISIBLE_DEVICES)"
             )
 
     def own_gpu(self, pool: Sequence[Gpu]) -> Gpu:
@@ -102,7 +102,7 @@ class Placement:
             count = int(wanted)
         if count > len(pool):
             raise GpuSelectionError(
-                f"the test asks for {count} GPUs but {len(pool)} are selected (--gpus, CUDA_VISIBLE_DEVICES)"
+                f"the test asks for {count} GPUs but {len(pool)} are selected (--gpu-devices, CUDA_VISIBLE_DEVICES)"
             )
         if self.kind == "torchrun" and count != 1:
             raise GpuSelectionError(

@@ -1,7 +1,10 @@
 """Signals that arrive while a power limit is being put back: the restore finishes first.
 
-SIGTERM, SIGHUP and Ctrl-C become ``KeyboardInterrupt`` (``plugin.py``) so that fixtures tear
-down and restore the GPUs' limits. A second signal during that restore (an impatient user, a CI
+While a test holds a GPU at a changed setting, SIGTERM and SIGHUP become ``KeyboardInterrupt``
+(``guard_termination``) so that fixtures tear down and restore the GPUs' limits. Only then: a
+session that changes nothing leaves the process's signal handling as it found it, and a child
+forked meanwhile (multiprocessing) gets the default handling back, so that ``Process.terminate()``
+still ends it quietly. A second signal during that restore (an impatient user, a CI
 runner that sends SIGTERM twice) would otherwise raise inside it, between retries, and the process
 would exit with the GPU still capped and nothing said. While a restore runs these signals are
 held; the restore finishes, and then the first one held is delivered as if it came just then,
@@ -18,6 +21,7 @@ plugin points it at the terminal; elsewhere it is standard error.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -109,3 +113,70 @@ def delivered_at_end() -> Iterator[None]:
             _postponed.clear()
             if not _stopping:
                 signal.raise_signal(signum)
+
+
+# -- SIGTERM and SIGHUP while a GPU is held at a changed setting -----------------------------------
+
+_TERMINATION_SIGNALS = ("SIGTERM", "SIGHUP")
+_guarded: dict[int, Any] = {}       # signal number -> the handler it had before the guard
+_guarded_pid: int | None = None
+_fork_hook_registered = False
+
+
+def guard_termination() -> None:
+    """Turn SIGTERM and SIGHUP into ``KeyboardInterrupt`` from now on, until ``unguard_termination``.
+
+    By default both kill the process on the spot, leaving a GPU capped until the journal is
+    replayed. Only handlers nobody else installed are replaced; the old ones come back at the end.
+    Calling it again does nothing; it needs the main thread (elsewhere it does nothing).
+    """
+    global _guarded_pid, _fork_hook_registered
+    if _guarded or threading.current_thread() is not threading.main_thread():
+        return
+    for name in _TERMINATION_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) in (signal.SIG_DFL, None):
+            _guarded[number] = signal.signal(number, _raise_interrupt)
+    _guarded_pid = os.getpid()
+    if not _fork_hook_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_in_child)
+        _fork_hook_registered = True
+
+
+def unguard_termination() -> None:
+    """Give SIGTERM and SIGHUP back the handlers they had before ``guard_termination``."""
+    global _guarded_pid
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number, handler in _guarded.items():
+        if signal.getsignal(number) is _raise_interrupt:
+            signal.signal(number, handler)
+    _guarded.clear()
+    _guarded_pid = None
+
+
+def is_guarded() -> bool:
+    return bool(_guarded)
+
+
+def _forget_in_child() -> None:
+    """A forked child holds no GPU setting of ours: it gets the default handling back."""
+    global _guarded_pid
+    for number, handler in _guarded.items():
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(number, handler)
+    _guarded.clear()
+    _guarded_pid = None
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    name = signal.Signals(signum).name
+    if _guarded_pid is not None and os.getpid() != _guarded_pid:
+        # A child made without fork's hooks (os.fork from C code): behave as if never guarded.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if is_stopping():   # raising again would abort the teardown that restores the limits
+        announce(f"gpuenergy: {name} received again: already stopping, after the GPUs' limits are restored")
+        return
+    raise KeyboardInterrupt(f"{name} received: pytest-gpuenergy restores the GPUs' limits and stops")

@@ -1,59 +1,55 @@
 """The pytest glue: options, markers, fixtures and hooks. The logic lives in plain classes.
 
-Registered through the ``pytest11`` entry point, so installing the package enables it.
+Registered through the ``pytest11`` entry point, so installing the package enables it in every
+project on the machine, most of which never ask it for anything. So it is quiet where unused: the
+GPUs (or the simulator's state) are opened only when the session asks for them (a GPU option, a run
+to save or compare) or a test takes one of its fixtures; no signal handler is installed until a
+GPU is held at a changed setting; nothing it says is a warning that ``filterwarnings = error`` could
+turn into a failure: notices are lines at the end of the session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-import secrets
-import signal
 import sys
-import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from ..errors import BudgetError, CapSyntaxError, GpuEnergyError, PowerLimitWarning
-from ..gate.budgets import Budget, budget_from_marker
+from ..errors import BudgetError, GpuEnergyError
+from ..gate.budgets import Budget
 from ..gate.ci import EnergyGate, GateOutcome
 from ..gpu import signals
-from ..gpu.capping import CapSpec, PowerCap, parse_caps
-from ..gpu.placement import Placement, check_wanted
+from ..gpu.capping import PowerCap, parse_caps
+from ..gpu.journal import may_need_repair
+from ..gpu.placement import Placement
 from ..meter import EnergyMeter
-from ..runs.validation import bounded_number, shown
-from ..sim.nvml import SEED_ENV
-from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
-from . import clocks as plugin_clocks
-from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
-from .knobs import held_setting, marker_settings
-from .options import MAX_MIN_TIME_S, MAX_REPEAT, parse_settings, pytest_addoption, resolve_gate_options, setting  # noqa: F401 (the hook)
+from ..runs.records import PASSED
+from ..sim.nvml import session_seed
+from . import knobs
+from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .knobs import Knob, held_setting, uses_plugin_fixture
+from .markers import MARKERS, budgets_of, energy_settings
+from .options import asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
 from .session import EnergySession
 
 SESSION_KEY = pytest.StashKey[EnergySession]()
-_BUDGETS_KEY = pytest.StashKey[list]()
+_BUDGETS_KEY = pytest.StashKey[Sequence[Budget]]()
 _SETTINGS_KEY = pytest.StashKey[dict]()
-_SIGNALS_KEY = pytest.StashKey[dict]()
 _GATE_KEY = pytest.StashKey[EnergyGate]()
 _OUTCOME_KEY = pytest.StashKey[GateOutcome]()
 _SKIPPED_KEY = pytest.StashKey[list]()
-_SKIPPED_CAP = "energy.skipped_cap"      # user property on a case skipped for its cap (reaches xdist's controller)
-_MARKER_ERRORS_KEY = pytest.StashKey[list]()     # gpu_caps markers found bad while generating tests
+_MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while generating tests
+_LATE_START_KEY = pytest.StashKey[bool]()        # the GPUs were opened after collection, not at configure
 _WORKER_OUTPUT = "gpuenergy_cases"
+_WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
 
-_MARKERS = (
-    plugin_clocks.MARKER,
-    "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
-    "instead of --gpu-caps",
-    "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
-    "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies",
-    "energy(repeat=None, compute_bound=None, min_time=None, work=None, gpus=1): how to measure this test: calls of "
-    "the test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds, "
-    "GPUs it runs on (a number or 'all')",
-)
-_ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
+POWER_KNOB = Knob("gpu_power_cap", "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
+_KNOBS = (POWER_KNOB, CLOCK_KNOB)
+_FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
 
 # -- lifetime --------------------------------------------------------------------------------------
@@ -84,39 +80,74 @@ def rank_path(path: str, rank: int) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for marker in _MARKERS:
+    for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     options = parse_settings(config)
     gate_options = resolve_gate_options(config)
-    _share_the_simulators_seed(config)
-    worker = getattr(config, "workerinput", {}).get("workerid")
+    asked = asked_for_gpus(config, gate_options)
+    problem = None
     try:
-        placement = Placement.from_environment(worker_id=worker)
+        placement = Placement.from_environment(worker_id=_worker_id(config))
     except GpuEnergyError as exc:
+        if asked:
+            raise pytest.UsageError(str(exc)) from None
+        placement, problem = Placement.from_environment(env={}), str(exc)   # only the plugin's users hear of it
+    session = EnergySession(options, placement, sim_seed=_simulator_seed(config))
+    session.unavailable = problem
+    config.stash[SESSION_KEY] = session
+    if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
+        config.stash[_GATE_KEY] = EnergyGate(gate_options)
+        config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
+    if asked:
+        _start(config, usage_errors=True)
+    elif may_need_repair(options.backend):      # a run died with a GPU changed: put it back now
+        _start(config, usage_errors=False)
+    signals.announce_with(_terminal_writer(config))
+
+
+def _worker_id(config: pytest.Config) -> str | None:
+    return getattr(config, "workerinput", {}).get("workerid")
+
+
+def _simulator_seed(config: pytest.Config) -> int:
+    """One seed for the whole session: pytest-xdist workers get the controller's (``workerinput``, not
+    the environment, which the tests would see), so the simulated GPUs draw alike in every worker."""
+    handed = getattr(config, "workerinput", {}).get(_WORKER_SEED)
+    if handed is not None:
+        return int(handed)
+    try:
+        return session_seed()
+    except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    session = EnergySession(options, placement)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: a worker starts; it gets the session's simulator seed."""
+    session = node.config.stash.get(SESSION_KEY, None)
+    if session is not None and session.sim_seed is not None:
+        node.workerinput[_WORKER_SEED] = session.sim_seed
+
+
+def _start(config: pytest.Config, *, usage_errors: bool) -> None:
+    """Open the GPUs now. Asked for by the session itself, a problem is a usage error; opened for a
+    test's fixture, it fails the tests that use the fixtures (``session.unavailable``)."""
+    session = config.stash[SESSION_KEY]
+    if session.started or session.unavailable is not None:
+        return
     try:
         session.start(repair=not hasattr(config, "workerinput"))
     except GpuEnergyError as exc:
-        if setting(config, "gpu_backend") or options.caps or options.clocks or options.gpus:
+        if usage_errors:
             raise pytest.UsageError(str(exc)) from None
-        # Installed but not asked for anything (a default from GPUENERGY_BACKEND is no request
-        # of this session): only tests that use the fixtures fail.
         session.unavailable = str(exc)
-    for message in session.repairs:
-        config.issue_config_time_warning(PowerLimitWarning(f"gpuenergy: a run died with a GPU capped: {message}"), stacklevel=2)
-    config.stash[SESSION_KEY] = session
-    if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
-        gate = EnergyGate(gate_options)
-        if session.backend is not None:
-            try:
-                gate.check_baselines(session.backend.name, sorted({g.name for g in session.gpus}))
-            except GpuEnergyError as exc:
-                raise pytest.UsageError(f"--energy-compare: {exc}") from None
-        config.stash[_GATE_KEY] = gate
-        config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
-    _interrupt_on_termination(config)
-    signals.announce_with(_terminal_writer(config))
+        return
+    gate = config.stash.get(_GATE_KEY, None)
+    if gate is not None and session.backend is not None:
+        try:
+            gate.check_baselines(session.backend.name, sorted({g.name for g in session.gpus}))
+        except GpuEnergyError as exc:
+            raise pytest.UsageError(f"--energy-compare: {exc}") from None
 
 
 def _terminal_writer(config: pytest.Config) -> Any:
@@ -133,48 +164,17 @@ def _terminal_writer(config: pytest.Config) -> Any:
     return write
 
 
-def _share_the_simulators_seed(config: pytest.Config) -> None:
-    """One seed for the whole session: pytest-xdist workers inherit it from the controller, so the
-    simulated GPUs draw the same noise in every worker (and the run document records it)."""
-    if not hasattr(config, "workerinput") and not os.environ.get(SEED_ENV, "").strip():
-        os.environ[SEED_ENV] = str(secrets.randbits(31))
-
-
-def _interrupt_on_termination(config: pytest.Config) -> None:
-    """Turn SIGTERM and SIGHUP into KeyboardInterrupt, so that fixtures tear down and caps come back.
-
-    By default both kill the process on the spot, leaving a GPU capped until the journal is
-    replayed. Only handlers nobody else installed are replaced; the old ones come back at the end.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        number = getattr(signal, name, None)
-        if number is not None and signal.getsignal(number) in (signal.SIG_DFL, None):
-            previous[number] = signal.signal(number, _raise_interrupt)
-    config.stash[_SIGNALS_KEY] = previous
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    name = signal.Signals(signum).name
-    if signals.is_stopping():   # raising again would abort the teardown that restores the limits
-        signals.announce(f"gpuenergy: {name} received again: already stopping, after the GPUs' limits are restored")
-        return
-    raise KeyboardInterrupt(f"{name} received: pytest-gpuenergy restores the GPUs' limits and stops")
-
-
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
     """pytest stops: the teardown that follows restores the limits, and must not be interrupted again."""
     signals.set_stopping(True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for number, handler in config.stash.get(_SIGNALS_KEY, {}).items():
-        signal.signal(number, handler)
+    signals.unguard_termination()
     session = config.stash.get(SESSION_KEY, None)
-    if session is None:
+    if session is None or not session.started:
         signals.set_stopping(False)
+        signals.announce_with(None)
         return
     signals.set_stopping(True)      # the session ends anyway: a signal during these last restores waits for them
     try:
@@ -199,86 +199,61 @@ def _say(reporter: Any, message: str, **markup: bool) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
-    return session.header_lines() if session is not None else []
+    if session is None:
+        return []
+    if session.started or session.unavailable:
+        return session.header_lines()
+    return ["gpuenergy: standing by: GPUs are opened when a test uses energy_meter, gpu_power_cap or gpu_clock_cap"]
 
 
 # -- collection ------------------------------------------------------------------------------------
 
-def _marker_caps(node: Any) -> list[CapSpec] | None:
-    return marker_settings(node, "gpu_caps", parse_caps, "cap", "150, '60%'")
-
-
-@pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the cap comes last in ids
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    _power_params(metafunc)
-    problem = plugin_clocks.clock_params(metafunc, metafunc.config.stash[SESSION_KEY].options.clocks)
-    if problem is not None:
-        metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
-
-
-def _power_params(metafunc: pytest.Metafunc) -> None:
-    if "gpu_power_cap" not in metafunc.fixturenames:
-        return
-    try:
-        caps = _marker_caps(metafunc.definition)
-    except CapSyntaxError as exc:   # a UsageError here would be a collection error with a traceback
-        metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(f"{metafunc.definition.nodeid}: {exc}")
-        return
-    if caps is None:
-        caps = list(metafunc.config.stash[SESSION_KEY].options.caps)
-    if caps:
-        metafunc.parametrize("gpu_power_cap", caps, indirect=True, ids=[c.label for c in caps])
+@pytest.hookimpl(wrapper=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> Iterator[None]:
+    """After every other parametrisation (``@pytest.mark.parametrize``, pytest-repeat's count), so the
+    cap comes last in ids: ``test_x[resnet-60%]``."""
+    result = yield
+    session = metafunc.config.stash[SESSION_KEY]
+    for knob, values in ((POWER_KNOB, session.options.caps), (CLOCK_KNOB, session.options.clocks)):
+        problem = knobs.parametrize(metafunc, knob, values)
+        if problem is not None:
+            metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
+    return result
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Validate every marker now, so a typo fails the run before any GPU is touched."""
     for problem in config.stash.get(_MARKER_ERRORS_KEY, [])[:1]:
         raise pytest.UsageError(problem)
+    session = config.stash[SESSION_KEY]
+    for knob, values in ((POWER_KNOB, session.options.caps), (CLOCK_KNOB, session.options.clocks)):
+        knobs.keep_own_settings(items, knob, values)
     for item in items:
         try:
-            item.stash[_BUDGETS_KEY] = [budget_from_marker(m.args, m.kwargs) for m in item.iter_markers("energy_budget")]
-            item.stash[_SETTINGS_KEY] = _energy_settings(item)
+            item.stash[_BUDGETS_KEY] = budgets_of(item)
+            item.stash[_SETTINGS_KEY] = energy_settings(item)
         except (BudgetError, ValueError) as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
 
 
-def _energy_settings(item: pytest.Item) -> dict:
-    marker = item.get_closest_marker("energy")
-    if marker is None:
-        return {}
-    if marker.args:
-        raise ValueError(f"energy takes keyword arguments only ({', '.join(sorted(_ENERGY_KEYS))})")
-    unknown = sorted(set(marker.kwargs) - _ENERGY_KEYS)
-    if unknown:
-        raise ValueError(f"energy got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ENERGY_KEYS))}")
-    settings = dict(marker.kwargs)
-    repeat = settings.get("repeat")
-    if repeat is not None and (not isinstance(repeat, int) or bounded_number(repeat, low=1, high=MAX_REPEAT) is None):
-        raise ValueError(f"energy(repeat=) must be a whole number >= 1 (at most {MAX_REPEAT}), got {shown(repeat)}")
-    bound = settings.get("compute_bound")
-    if bound is not None and bounded_number(bound, low=0, high=1) is None:
-        raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {shown(bound)}")
-    min_time = settings.get("min_time")
-    if min_time is not None and bounded_number(min_time, low=0, high=MAX_MIN_TIME_S) is None:
-        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {MAX_MIN_TIME_S:g}), got {shown(min_time)}")
-    if settings.get("work") is not None:
-        settings["work"] = _declared_work(settings["work"])
-    if "gpus" in settings:
-        settings["gpus"] = check_wanted(settings["gpus"])
-    return settings
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tests that use the plugin's fixtures were collected: open the GPUs now, before the first of them
+    runs, so that what the header would have said is said after the collection instead."""
+    config = session.config
+    energy = config.stash[SESSION_KEY]
+    if energy.started or energy.unavailable is not None:
+        return
+    if any(uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
+        _start(config, usage_errors=False)
+        config.stash[_LATE_START_KEY] = True
 
 
-def _declared_work(work: Any) -> GpuWork:
-    """``energy(work={"flops_tf32": 2e12, "bytes": 5e10, "kernels": 900})``: one call's GPU work."""
-    if isinstance(work, GpuWork):
-        return work
-    if not isinstance(work, dict):
-        raise ValueError(f"energy(work=) must be a dict of {', '.join(GPU_WORK_FIELDS)}, got {work!r}")
-    unknown = sorted(set(work) - set(GPU_WORK_FIELDS))
-    if unknown:
-        raise ValueError(f"energy(work=) got unknown figure(s) {', '.join(map(str, unknown))}; "
-                         f"allowed: {', '.join(GPU_WORK_FIELDS)}")
-    return GpuWork(**work)
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not config.stash.get(_LATE_START_KEY, False):
+        return []
+    return session.header_lines()
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -287,9 +262,10 @@ def _declared_work(work: Any) -> GpuWork:
 def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
     """Holds the test's GPUs for the whole test: one, or ``energy(gpus=N)`` (see ``EnergySession.lease``)."""
     session = request.config.stash[SESSION_KEY]
+    session.ensure_started(repair=not hasattr(request.config, "workerinput"))   # a fixture asked for by name at run time
     wanted = request.node.stash.get(_SETTINGS_KEY, {}).get("gpus", 1)
     if session.backend is not None and wanted != "all" and wanted > len(session.gpus):
-        pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpus, CUDA_VISIBLE_DEVICES)")
+        pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
     lease = session.lease(wanted)
     try:
         lease.__enter__()
@@ -309,8 +285,7 @@ def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
     the current limit.
     """
     session = request.config.stash[SESSION_KEY]
-    spec: CapSpec | None = getattr(request, "param", None)
-    yield from held_setting(request, session, session.capper(), spec, _SKIPPED_CAP,
+    yield from held_setting(request, session, session.capper(), POWER_KNOB,
                             lambda cap: setattr(session, "active_cap", cap))
 
 
@@ -332,19 +307,48 @@ def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ener
 
 # -- running ---------------------------------------------------------------------------------------
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each attempt at a test starts with nothing measured (pytest-rerunfailures runs it again)."""
+    item.config.stash[SESSION_KEY].begin_attempt(item.nodeid)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """With repetitions, call a measuring test several times (fixtures are set up once)."""
     session = item.config.stash[SESSION_KEY]
-    measures = "energy_meter" in getattr(item, "fixturenames", ())
+    measures = uses_plugin_fixture(item, "energy_meter")
     session.begin_call(item.nodeid)
-    result = yield
-    if measures:
-        repeat = item.stash.get(_SETTINGS_KEY, {}).get("repeat") or session.options.repeat
-        for _ in range(repeat - 1):
-            session.begin_call(item.nodeid)
-            item.runtest()
+    with _each_example_a_call(item, session) if measures else contextlib.nullcontext():
+        result = yield
+        if measures:
+            repeat = item.stash.get(_SETTINGS_KEY, {}).get("repeat") or session.options.repeat
+            for _ in range(repeat - 1):
+                session.begin_call(item.nodeid)
+                item.runtest()
     return result
+
+
+@contextlib.contextmanager
+def _each_example_a_call(item: pytest.Item, session: EnergySession) -> Iterator[None]:
+    """Hypothesis calls a ``@given`` test once per example inside one pytest call: each example is a
+    call of its own, so its measured blocks are repetitions of the test's cases (not regions 2, 3...)."""
+    handle: Any = getattr(getattr(item, "obj", None), "hypothesis", None)
+    inner = getattr(handle, "inner_test", None)
+    if handle is None or inner is None:
+        yield
+        return
+
+    @functools.wraps(inner)
+    def example(*args: Any, **kwargs: Any) -> Any:
+        session.begin_call(item.nodeid)
+        return inner(*args, **kwargs)
+
+    handle.inner_test = example
+    try:
+        yield
+    finally:
+        handle.inner_test = inner
 
 
 @pytest.hookimpl(wrapper=True)
@@ -356,18 +360,29 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A passed test that misses its energy budget fails, with one line per miss."""
+    """A passed test that misses its energy budget fails, with one line per miss; every case records
+    how its test's own code ended (failed and xfailed tests' figures are no baseline)."""
     report = yield
-    if report.when == "call" and report.passed:
-        budgets: list[Budget] = item.stash.get(_BUDGETS_KEY, [])
-        session = item.config.stash[SESSION_KEY]
-        failures = session.budget_failures(item.nodeid, budgets)
-        if failures:
-            report.outcome = "failed"
-            report.longrepr = "\n".join(failures)
+    session = item.config.stash[SESSION_KEY]
+    if report.when == "call":
+        # The outcome of the test's own code: a budget miss is a valid figure that the gate must see.
+        session.set_outcome(item.nodeid, _outcome_of(report))
+        if report.passed:
+            failures = session.budget_failures(item.nodeid, item.stash.get(_BUDGETS_KEY, ()))
+            if failures:
+                report.outcome = "failed"
+                report.longrepr = "\n".join(failures)
         # junitxml writes the properties the item has when its teardown is reported
         item.user_properties.extend(session.junit_properties(item.nodeid))
+    elif report.failed:
+        session.set_outcome(item.nodeid, "error")
     return report
+
+
+def _outcome_of(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    return PASSED if report.passed else str(report.outcome)
 
 
 # -- the end of the session: pytest-xdist workers hand their results to the controller --------------
@@ -380,10 +395,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         return
-    if not energy.placement.reports:      # torchrun: every rank holds the total; rank 0 saves it
-        return
     gate = config.stash.get(_GATE_KEY, None)
-    if gate is None or energy.backend is None:
+    if gate is None:                     # torchrun: every rank holds the total; rank 0 saves it
+        return
+    if energy.cases:
+        energy.ensure_started()          # a pytest-xdist controller whose workers measured
+    if energy.backend is None:
         return
     from ..runs.provenance import collect_commit_info, collect_machine_info  # (only a session that measured needs them)
 
@@ -392,6 +409,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         machine=collect_machine_info(energy.backend, energy.gpus),
         commit=collect_commit_info(config.rootpath),
         run_options=_run_options(config, energy),
+        outcomes=energy.outcomes(),
     )
     config.stash[_OUTCOME_KEY] = outcome
     if outcome.failed and session.exitstatus == pytest.ExitCode.OK:
@@ -407,8 +425,7 @@ class _SkippedCaps:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not report.skipped:
             return
-        cap = next((value for key, value in report.user_properties if key in (_SKIPPED_CAP, plugin_clocks.SKIPPED_CLOCK)),
-                   None)
+        cap = next((value for key, value in report.user_properties if key in {k.skipped_property for k in _KNOBS}), None)
         if cap is None:
             return
         longrepr = report.longrepr
@@ -420,10 +437,14 @@ class _SkippedCaps:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist: a worker finished; its measured cases join the controller's."""
+    """pytest-xdist: a worker finished; its measured cases join the controller's. A worker that died
+    may have left a GPU capped: the controller opens the GPUs, which repairs it, now and at its end."""
+    session = node.config.stash[SESSION_KEY]
     exported = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
     if exported:
-        node.config.stash[SESSION_KEY].import_cases(exported)
+        session.import_cases(exported)
+    if error:
+        session.ensure_started()
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
@@ -432,7 +453,7 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
         "gpu_backend": options.backend,
         "gpu_caps": [c.label for c in options.caps],
         "gpu_clocks": [c.label for c in options.clocks],
-        "gpus": options.gpus,
+        "gpu_devices": options.gpus,
         "energy_repeat": options.repeat,
         "energy_min_time": options.min_time_s,
         "args": [str(a) for a in config.invocation_params.args],
@@ -443,28 +464,33 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """The comparison when there is one (it holds the results), else the results; both fit the width."""
+    """The comparison when there is one (it holds the results), else the results; both fit the width.
+    Then what the user should know (repairs, notices), as lines rather than warnings."""
     session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.cases or not session.placement.reports:
+    if session is None or not session.placement.reports:
         return
-    from ..reports.digest import skipped_groups  # the reports' modules: only for a session that measured
-    from ..reports.terminal import session_lines, tables_for, wrap
+    from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, wrap  # only now
 
-    terminalreporter.section("gpu energy")
     width = config.get_terminal_writer().fullwidth
+    notices = notice_lines(session.repairs, session.notices, session.coarse_regions, session.unparametrised, width)
+    if not session.cases and not notices:
+        return
+    terminalreporter.section("gpu energy")
     outcome = config.stash.get(_OUTCOME_KEY, None)
     skipped = config.stash.get(_SKIPPED_KEY, [])
+    lines: list[str] = []
     if outcome is not None and outcome.comparisons:
         lines = tables_for(outcome.comparisons, width, skipped)
-    else:
-        lines = session_lines([(case_id, record.merged) for case_id, record in sorted(session.cases.items())], width)
-        for cap, reason, tests in skipped_groups(skipped):
-            lines += wrap(f"skipped: cap {cap} for {len(tests)} test{'s' if len(tests) != 1 else ''}: {reason}", width)
+    elif session.cases:
+        cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items())]
+        lines = session_lines(cases, width, session.outcomes()) + skipped_lines(skipped, width)
     for text in outcome.lines if outcome is not None else []:
         lines += wrap(text, width)
     for line in lines:
         alarm = line.startswith("ENERGY REGRESSION")
         terminalreporter.write_line(line, red=alarm, bold=alarm)
+    for line in notices:
+        terminalreporter.write_line(line, yellow=True)
     for error in outcome.errors if outcome is not None else []:
         # One line, never wrapped: a path or value in it stays whole for a user (or a script) to copy.
         terminalreporter.write_line(f"gpuenergy: error: {error}", red=True, bold=True)

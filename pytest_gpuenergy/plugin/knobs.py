@@ -1,26 +1,165 @@
-"""Holding a GPU setting (a power cap, an SM clock cap) for one test: the one way both fixtures apply
-it, skip a case the GPU cannot take, and put the GPU back whatever the test did."""
+"""The two knobs a test can take (a power cap, an SM clock cap) as pytest sees them: which tests run
+once per setting, and holding the setting for one test so that the GPU always comes back.
+
+A knob's settings come from, nearest first: a ``pytest.param(..., marks=pytest.mark.gpu_caps(...))``,
+a ``gpu_caps`` marker on the test (its class or module), the command line (``--gpu-caps``). Only a
+test that takes the plugin's own fixture is parametrised: a project's fixture of the same name is
+none of the plugin's business.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
+from ..gpu import signals
+
+_PLUGIN_MODULES = ("pytest_gpuenergy.plugin.hooks", "pytest_gpuenergy.plugin.clocks")
+_PARAMETER_SET = type(pytest.param(None))          # what pytest.param() returns
 
 
-def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, spec: Any, skipped_property: str,
+@dataclass(frozen=True)
+class Knob:
+    """How one knob meets pytest: its fixture, its marker, and how its values are written."""
+
+    fixture: str                    # "gpu_power_cap"
+    marker: str                     # "gpu_caps"
+    option: str                     # "--gpu-caps"
+    parse: Callable[..., list[Any]]
+    what: str                       # "cap", for messages
+    example: str                    # "150, '60%'"
+    skipped_property: str           # user property on a case skipped for its setting (reaches xdist's controller)
+
+
+def uses_plugin_fixture(node: Any, name: str) -> bool:
+    """Whether ``node`` (an item or a test's definition) takes the plugin's own fixture ``name``,
+    and not a project's fixture that happens to have the same name."""
+    info = getattr(node, "_fixtureinfo", None)
+    if info is None or name not in info.names_closure:
+        return False
+    definitions = info.name2fixturedefs.get(name) or ()
+    if not definitions:
+        return False
+    func = definitions[-1].func             # the nearest definition wins, as pytest resolves it
+    return getattr(func, "__module__", None) in _PLUGIN_MODULES and getattr(func, "__name__", None) == name
+
+
+def marker_settings(node: Any, knob: Knob) -> list[Any] | None:
+    """The settings a ``gpu_caps``/``gpu_clocks`` marker gives one test, or None without one; a bad
+    value raises CapSyntaxError naming the marker."""
+    marker = node.get_closest_marker(knob.marker)
+    return None if marker is None else _marker_values(marker, knob)
+
+
+def _marker_values(marker: Any, knob: Knob) -> list[Any]:
+    name = knob.marker
+    if marker.kwargs:
+        raise CapSyntaxError(f"{name} takes {knob.what}s as positional arguments, got {sorted(marker.kwargs)}")
+    if not marker.args:
+        raise CapSyntaxError(f"{name} needs at least one {knob.what}, e.g. @pytest.mark.{name}({knob.example})")
+    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
+    return knob.parse(list(args), source=name)
+
+
+def parametrize(metafunc: pytest.Metafunc, knob: Knob, session_values: Sequence[Any]) -> str | None:
+    """Run the test once per setting of ``knob``; returns a problem to report instead (None when fine).
+
+    Settings given to single parameter sets (``pytest.param(..., marks=...)``) join the test's own
+    here, and each item keeps only its own after collection (``keep_own_settings``).
+    """
+    definition = metafunc.definition
+    if not uses_plugin_fixture(definition, knob.fixture):
+        return None
+    hint = f"give the {knob.what}s with @pytest.mark.{knob.marker}({knob.example}) or {knob.option} instead"
+    if _parametrised_by_hand(definition, knob.fixture):
+        return f"{definition.nodeid}: {knob.fixture} is parametrised by hand; {hint}"
+    try:
+        own = marker_settings(definition, knob)
+        per_parameter_set = _parameter_set_settings(definition, knob)
+    except CapSyntaxError as exc:
+        return f"{definition.nodeid}: {exc}"
+    values = list(own if own is not None else session_values)
+    values += [v for v in per_parameter_set if v not in values]
+    if values:
+        try:
+            metafunc.parametrize(knob.fixture, values, indirect=True, ids=[v.label for v in values])
+        except ValueError as exc:      # another plugin's or a conftest's pytest_generate_tests did it
+            return f"{definition.nodeid}: {knob.fixture} cannot be parametrised ({exc}); {hint}"
+    return None
+
+
+def keep_own_settings(items: list[pytest.Item], knob: Knob, session_values: Sequence[Any]) -> None:
+    """After ``parametrize``: drop the items whose setting came from another parameter set's marks."""
+    kept = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        value = callspec.params.get(knob.fixture) if callspec is not None else None
+        marks = [m for m in getattr(callspec, "marks", ()) if m.name == knob.marker] if value is not None else []
+        if marks:
+            own = _marker_values(marks[0], knob)
+        elif value is not None and _has_parameter_set_settings(item, knob):
+            own = marker_settings(item, knob) or list(session_values)
+        else:
+            kept.append(item)
+            continue
+        if value is not None and any(v.label == value.label for v in own):
+            kept.append(item)
+    items[:] = kept
+
+
+def _has_parameter_set_settings(item: pytest.Item, knob: Knob) -> bool:
+    try:
+        return bool(_parameter_set_settings(item, knob))     # an item carries its function's parametrize marks
+    except CapSyntaxError:
+        return False
+
+
+def _parameter_set_settings(definition: Any, knob: Knob) -> list[Any]:
+    """Every setting that ``pytest.param(..., marks=pytest.mark.<marker>(...))`` gives this test."""
+    found: list[Any] = []
+    for mark in definition.iter_markers("parametrize"):
+        argvalues = mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("argvalues", ())
+        for value in argvalues:
+            if isinstance(value, _PARAMETER_SET):
+                for param_mark in value.marks:
+                    if getattr(param_mark, "name", None) == knob.marker:
+                        found += [v for v in _marker_values(param_mark, knob) if v not in found]
+    return found
+
+
+def _parametrised_by_hand(definition: Any, fixture: str) -> bool:
+    for mark in definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if fixture in names:
+            return True
+    return False
+
+
+def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, knob: Knob,
                  activate: Callable[[Any], None]) -> Iterator[Any]:
-    """Apply ``spec`` with ``capper`` (or describe the GPUs as they are without one), yield the value,
-    restore after. A setting outside the GPU's range skips the case and records why (the property
-    reaches pytest-xdist's controller); any other failure fails the test in one line."""
+    """Apply this case's setting with ``capper`` (or describe the GPUs as they are without one), yield
+    the value, restore after. A setting outside the GPU's range skips the case and records why (the
+    property reaches pytest-xdist's controller); any other failure fails the test in one line."""
+    spec = getattr(request, "param", None)
+    if spec is not None and not hasattr(spec, "label"):
+        session.release(capper)
+        pytest.fail(f"{knob.fixture} got {spec!r}: it is parametrised by the plugin only; give the {knob.what}s "
+                    f"with @pytest.mark.{knob.marker}({knob.example}) or {knob.option}", pytrace=False)
+    if spec is None:
+        _note_unparametrised(request, session, knob)
+    else:
+        signals.guard_termination()     # from now on SIGTERM ends the test by tearing it down
     try:
         value = capper.apply(spec) if spec is not None else capper.current()
     except CapOutOfRange as exc:
         session.release(capper)
-        request.node.user_properties.append((skipped_property, spec.label if spec is not None else "current"))
+        request.node.user_properties.append((knob.skipped_property, spec.label if spec is not None else "current"))
         pytest.skip(str(exc))
     except GpuEnergyError as exc:
         session.release(capper)
@@ -36,15 +175,14 @@ def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, spec
             pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
 
 
-def marker_settings(node: Any, name: str, parse: Callable[..., list[Any]], what: str, example: str) -> list[Any] | None:
-    """The settings a ``gpu_caps``/``gpu_clocks`` marker gives one test, or None without one; a bad
-    value raises CapSyntaxError naming the marker."""
-    marker = node.get_closest_marker(name)
-    if marker is None:
-        return None
-    if marker.kwargs:
-        raise CapSyntaxError(f"{name} takes {what}s as positional arguments, got {sorted(marker.kwargs)}")
-    if not marker.args:
-        raise CapSyntaxError(f"{name} needs at least one {what}, e.g. @pytest.mark.{name}({example})")
-    args = marker.args[0] if len(marker.args) == 1 and isinstance(marker.args[0], (list, tuple)) else marker.args
-    return parse(list(args), source=name)
+def _note_unparametrised(request: pytest.FixtureRequest, session: Any, knob: Knob) -> None:
+    """A test that would have settings but runs without: pytest could not parametrise it (a
+    unittest.TestCase method, ``request.getfixturevalue``): it runs once, unchanged, and the end of
+    the session says so instead of leaving it unsaid."""
+    wanted = session.options.caps if knob.fixture == "gpu_power_cap" else session.options.clocks
+    try:
+        wanted = marker_settings(request.node, knob) or wanted
+    except CapSyntaxError:
+        pass
+    if wanted:
+        session.unparametrised.setdefault(knob.fixture, []).append(request.node.nodeid)

@@ -1,8 +1,17 @@
 """The plugin's options: each command-line option with its ini form, resolved once per session into
-settings, with one validator per setting and a usage error that names the value and what is valid."""
+settings, with one validator per setting and a usage error that names the value and what is valid.
+
+The plugin shares pytest's option and ini namespaces with every other plugin and with the project's
+own ``conftest.py``, so it claims only names of its own: every flag starts with ``--gpu-`` or
+``--energy-``, its ini key is the flag's name (``gpu_caps``), and its argparse destination carries
+the plugin's prefix (``gpuenergy_gpu_caps``), so a project's own ``--gpus`` (dest ``gpus``) never
+meets it. Ini keys are registered with a type, so that TOML values (``gpu_caps = ["60%", "80%"]``,
+``energy_repeat = 3``) arrive as what they are instead of tripping pytest's type checks.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,77 +26,123 @@ from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
 from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..meter import DEFAULT_MIN_TIME_S
 from ..runs.store import DEFAULT_STORAGE, LATEST
-from .clocks import gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .markers import MAX_MIN_TIME_S, MAX_REPEAT
 from .session import SessionOptions
 
-MAX_REPEAT = 10_000            # as --energy-repeat
-MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
+DEST_PREFIX = "gpuenergy_"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its flag, how its ini value is typed (``kind``), its help, argparse extras."""
+
+    flag: str
+    kind: str                       # "list", "int", "float", "bool" or "text"
+    help: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ini(self) -> str:
+        """The ini key and the name the plugin asks for: ``--gpu-caps`` -> ``gpu_caps``."""
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination, prefixed so that no project's option can share it."""
+        return DEST_PREFIX + self.ini
+
+
+OPTIONS = (
+    Option("--gpu-backend", "text",
+           "GPU access: auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
+           {"choices": BACKEND_CHOICES}),
+    Option("--gpu-caps", "list",
+           "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
+           "limit (60%,80%), min, max, default. Without it tests run at the current limit", {"metavar": "CAPS"}),
+    Option("--gpu-clocks", "list",
+           "SM clock caps to run every gpu_clock_cap test at: MHz (1200,1600), percent of the GPU's maximum "
+           "SM clock (50%), max. Without it the clocks are left alone", {"metavar": "CLOCKS"}),
+    Option("--gpu-devices", "list",
+           "GPUs to cap and measure: indices or UUIDs as `gpuenergy info` lists them (default: all visible)",
+           {"metavar": "GPUS"}),
+    Option("--energy-min-time", "float",
+           f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})",
+           {"metavar": "SECONDS"}),
+    Option("--energy-repeat", "int", "calls of each measured test per case, for repeated samples (default 1)",
+           {"metavar": "N"}),
+    Option("--energy-lock-timeout", "float",
+           f"seconds a test waits for a GPU another test session holds (default {DEFAULT_TIMEOUT_S:g})",
+           {"metavar": "SECONDS"}),
+    Option("--energy-storage", "text", f"folder of saved runs, the baselines (default {DEFAULT_STORAGE} in the rootdir)",
+           {"metavar": "DIR"}),
+    Option("--energy-save", "bool", "save this run's results as a new run document (the next baseline)"),
+    Option("--energy-compare", "text",
+           "compare with the latest saved run of the same GPU model and backend, or with run REF",
+           {"nargs": "?", "const": LATEST, "metavar": "REF"}),
+    Option("--energy-fail", "text",
+           "fail the session on a regression beyond these changes, e.g. ets:5%,edp:10%,time:5% (implies --energy-compare)",
+           {"metavar": "THRESHOLDS"}),
+    Option("--energy-confidence", "float",
+           f"confidence that a change is real before it counts as a regression (default {DEFAULT_CONFIDENCE})",
+           {"metavar": "LEVEL"}),
+    Option("--energy-markdown", "text", "write a Markdown report to this file", {"metavar": "FILE"}),
+    Option("--energy-html", "text", "write a self-contained HTML report with plots to this file", {"metavar": "FILE"}),
+    Option("--energy-json", "text", "write a JSON report to this file", {"metavar": "FILE"}),
+)
+_BY_INI = {option.ini: option for option in OPTIONS}
+# Settings whose presence asks the session for the GPUs before any test does (see ``asked_for_gpus``).
+_GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuenergy", "GPU energy testing (pytest-gpuenergy)")
+    for option in OPTIONS:
+        extra = dict(option.extra)
+        if option.kind == "bool":
+            extra.update(action="store_const", const=True)
+        # argparse formats help texts with %: a bare % (60%) would crash `pytest --help`.
+        group.addoption(option.flag, dest=option.dest, default=None, help=option.help.replace("%", "%%"), **extra)
+        parser.addini(option.ini, f"{option.help} (as {option.flag})", **_ini_type(option.kind))
 
-    def add(flag: str, ini: str, help_text: str, ini_type: Any = None, **kwargs: Any) -> None:
-        group.addoption(flag, dest=ini, default=None, help=help_text, **kwargs)
-        parser.addini(ini, help_text, type=ini_type)
 
-    add("--gpu-backend", "gpu_backend",
-        "GPU access: auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
-        choices=BACKEND_CHOICES)
-    add("--gpu-caps", "gpu_caps",
-        "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
-        "limit (60%,80%), min, max, default. Without it tests run at the current limit")
-    add("--gpu-clocks", "gpu_clocks",
-        "SM clock caps to run every gpu_clock_cap test at: MHz (1200,1600), percent of the GPU's maximum "
-        "SM clock (50%), max. Without it the clocks are left alone")
-    add("--gpus", "gpus",
-        "GPUs to cap and measure: NVML indices or UUIDs as `gpuenergy info` lists them (default: all visible)")
-    add("--energy-min-time", "energy_min_time",
-        f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})")
-    add("--energy-repeat", "energy_repeat",
-        "calls of each measured test per case, for repeated samples (default 1)")
-    add("--energy-lock-timeout", "energy_lock_timeout",
-        f"seconds a test waits for a GPU another test session holds (default {DEFAULT_TIMEOUT_S:g})")
-    add("--energy-storage", "energy_storage",
-        f"folder of saved runs, the baselines (default {DEFAULT_STORAGE} in the rootdir)")
-    group.addoption("--energy-save", dest="energy_save", action="store_const", const=True, default=None,
-                    help="save this run's results as a new run document (the next baseline)")
-    parser.addini("energy_save", "save every run's results (as --energy-save)", type="bool")
-    add("--energy-compare", "energy_compare",
-        "compare with the latest saved run of the same GPU model and backend, or with run REF",
-        nargs="?", const=LATEST, metavar="REF")
-    add("--energy-fail", "energy_fail",
-        "fail the session on a regression beyond these changes, e.g. ets:5%,edp:10%,time:5% "
-        "(implies --energy-compare)")
-    add("--energy-confidence", "energy_confidence",
-        f"confidence that a change is real before it counts as a regression (default {DEFAULT_CONFIDENCE})")
-    add("--energy-markdown", "energy_markdown", "write a Markdown report to this file")
-    add("--energy-html", "energy_html", "write a self-contained HTML report with plots to this file")
-    add("--energy-json", "energy_json", "write a JSON report to this file")
+def _ini_type(kind: str) -> dict[str, Any]:
+    """How pytest should read the ini value: lists as lists (a string is split as in a shell), numbers
+    as numbers or text where pytest can say so (9.2 and newer; the plugin checks the text itself)."""
+    if kind == "list":
+        return {"type": "args"}
+    if kind == "bool":
+        return {"type": "bool"}
+    if kind in ("int", "float") and pytest.version_tuple[:2] >= (9, 2):
+        return {"type": (int if kind == "int" else float) | str, "default": None}
+    return {"type": "string"}
 
 
 def setting(config: pytest.Config, name: str) -> Any:
-    value = config.getoption(name)
-    if value == "" and name not in ("gpu_caps", "gpu_clocks"):   # --gpu-caps= has its own message
-        raise pytest.UsageError(f"--{name.replace('_', '-')}= needs a value after the '='")
+    """The value of setting ``name`` (its ini key): the command line wins over the ini file; None
+    when neither gives one. A list from the ini file comes back as the comma-separated text the
+    command line would give."""
+    option = _BY_INI[name]
+    value = config.getoption(option.dest)
+    if value == "" and option.kind != "list":   # --gpu-caps= has its own message
+        raise pytest.UsageError(f"{option.flag}= needs a value after the '='")
     if value is None:
         value = config.getini(name)
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(item) for item in value)
     return value if value not in ("", None, []) else None
 
 
+def asked_for_gpus(config: pytest.Config, gate: GateOptions) -> bool:
+    """Whether the session itself asks for the GPUs (an option or ini setting naming them, or a run to
+    save, compare or report): then they are opened at the start, and any problem is a usage error.
+    Otherwise the plugin stays out of the way until a test uses one of its fixtures."""
+    reports = gate.save or gate.compare or gate.markdown or gate.html or gate.json   # not $GITHUB_STEP_SUMMARY alone
+    return any(setting(config, name) is not None for name in _GPU_REQUESTS) or bool(reports)
+
+
 def parse_settings(config: pytest.Config) -> SessionOptions:
-    caps_text = setting(config, "gpu_caps")
-    if config.getoption("gpu_caps") == "":
-        caps_text = ""  # typed as --gpu-caps= with nothing after it: a mistake, not "no caps"
-    try:
-        caps = tuple(parse_caps(caps_text)) if caps_text is not None else ()
-    except CapSyntaxError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    clocks_text = "" if config.getoption("gpu_clocks") == "" else setting(config, "gpu_clocks")
-    try:
-        clocks = tuple(parse_clocks(clocks_text)) if clocks_text is not None else ()
-    except CapSyntaxError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    caps = _knob_setting(config, "gpu_caps", parse_caps)
+    clocks = _knob_setting(config, "gpu_clocks", parse_clocks)
     try:
         backend = setting(config, "gpu_backend") or default_backend()
     except BackendUnavailable as exc:
@@ -98,18 +153,30 @@ def parse_settings(config: pytest.Config) -> SessionOptions:
         backend=backend,
         caps=caps,
         clocks=clocks,
-        gpus=setting(config, "gpus"),
+        gpus=setting(config, "gpu_devices"),
         min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=MAX_MIN_TIME_S),
         repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=MAX_REPEAT),
         lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
     )
 
 
+def _knob_setting(config: pytest.Config, name: str, parse: Any) -> tuple:
+    """``--gpu-caps`` / ``--gpu-clocks`` parsed; typed as ``--gpu-caps=`` with nothing after it is a
+    mistake (its own message), not "no caps"."""
+    text = "" if config.getoption(_BY_INI[name].dest) == "" else setting(config, name)
+    try:
+        return tuple(parse(text)) if text is not None else ()
+    except CapSyntaxError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def _number_setting(config: pytest.Config, name: str, kind: type, default: Any, *, minimum: float, maximum: float) -> Any:
-    flag = "--" + name.replace("_", "-")
+    flag = _BY_INI[name].flag
     text = setting(config, name)
     if text is None:
         return default
+    if isinstance(text, bool) or (kind is int and isinstance(text, float)):
+        raise pytest.UsageError(f"{flag}={text!r} is not a {'whole ' if kind is int else ''}number")
     try:
         value = kind(str(text).strip())
     except ValueError:

@@ -1,8 +1,9 @@
-"""One test session's GPU side, in plain Python: the pytest glue (``plugin.py``) only calls this.
+"""One test session's GPU side, in plain Python: the pytest glue (``hooks.py``) only calls this.
 
 It opens the backend, picks the GPUs, repairs limits a dead run left changed, hands out cappers
-and meters, collects every result, checks budgets, and at the end makes sure no GPU is left at
-a changed limit.
+and meters, collects every result with its test's outcome, checks budgets, and at the end makes
+sure no GPU is left at a changed limit. It opens nothing until asked (``ensure_started``): a
+session whose tests use none of the plugin touches no GPU and no state file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..gpu.placement import Placement, pin_current_device, pin_worker
 from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
 from ..meter.distributed import current_group
 from ..meter.results import EnergyResult, GpuResult
-from ..runs.records import CaseEntry, node_id_of, split_region
+from ..runs.records import PASSED, CaseEntry, node_id_of, split_region
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,12 @@ class SessionOptions:
 
 @dataclass
 class CaseRecord:
-    """All repetitions measured for one case: one region of one test (``test_id``)."""
+    """All repetitions measured for one case: one region of one test (``test_id``), and how the
+    test ended (``outcome``, one of ``runs.records.OUTCOMES``): baselines, budgets and the gate use passed cases only."""
 
     test_id: str
     results: list[EnergyResult] = field(default_factory=list)
+    outcome: str = PASSED
 
     @property
     def merged(self) -> EnergyResult:
@@ -63,11 +66,12 @@ class CaseRecord:
 
 
 class EnergySession:
-    def __init__(self, options: SessionOptions, placement: Placement | None = None) -> None:
+    def __init__(self, options: SessionOptions, placement: Placement | None = None, *, sim_seed: int | None = None) -> None:
         self.options = options
         self.placement = placement or Placement.from_environment()
+        self.sim_seed = sim_seed           # the simulator's seed (None: its own, from GPUENERGY_SIM_SEED or random)
         self.backend: Backend | None = None
-        self.gpus: list[Gpu] = []          # the pool (--gpus); a test holds some of them (``held``)
+        self.gpus: list[Gpu] = []          # the pool (--gpu-devices); a test holds some of them (``held``)
         self.held: list[Gpu] = []          # the GPUs of the test that runs now (see ``lease``)
         self.limits: dict[str, PowerLimits] = {}
         self.journal: Journal | None = None
@@ -78,10 +82,27 @@ class EnergySession:
         self.repairs: list[str] = []           # what the start of the session repaired
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.unavailable: str | None = None     # why the GPU side could not start, if it could not
+        self.notices: list[str] = []           # for the end of the session: what the user should know
+        self.coarse_regions: list[str] = []    # cases with a region too short for its bound to say much
+        self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
 
     # -- lifetime ------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self.backend is not None
+
+    def ensure_started(self, *, repair: bool = True) -> bool:
+        """Start now unless started already or known to be unavailable; whether the GPUs are open.
+        A failure is kept (``unavailable``) for every fixture to report, and not tried again."""
+        if self.backend is None and self.unavailable is None:
+            try:
+                self.start(repair=repair)
+            except GpuEnergyError as exc:
+                self.unavailable = str(exc)
+        return self.backend is not None
+
     def start(self, *, repair: bool = True) -> None:
         """Open the backend and select GPUs; repair limits a dead run left changed."""
         try:
@@ -100,7 +121,7 @@ class EnergySession:
         self.backend, self.journal, self.clock_journal, self.gpus = None, None, None, []
 
     def _start(self, repair: bool) -> None:
-        self.backend = open_backend(self.options.backend)
+        self.backend = open_backend(self.options.backend, sim_seed=self.sim_seed)
         self.gpus = self.backend.select(self.options.gpus)
         self.placement.check(self.gpus)
         if not self.backend.simulated:      # the simulator runs no CUDA: backend.use routes its work
@@ -244,6 +265,7 @@ class EnergySession:
         finally:
             if capper in self._cappers:
                 self._cappers.remove(capper)
+            self.notices += [n for n in getattr(capper, "notices", ()) if n not in self.notices]
 
     def cap_context(self) -> CapContext | None:
         cap, clock = self.active_cap, self.active_clock
@@ -280,6 +302,13 @@ class EnergySession:
             rank_group=current_group,
         )
 
+    def begin_attempt(self, test_id: str) -> None:
+        """A test (re)starts from its setup: what an earlier attempt measured is dropped (a rerun of a
+        flaky test, pytest-rerunfailures, must not average its failed attempts into the case)."""
+        for case_id in [key for key in self.cases if node_id_of(key) == test_id]:
+            del self.cases[case_id]
+        self.begin_call(test_id)
+
     def begin_call(self, test_id: str) -> None:
         """A (re)call of the test starts: its regions are numbered from the first again."""
         self._regions_in_call[test_id] = 0
@@ -289,32 +318,51 @@ class EnergySession:
         self._regions_in_call[test_id] = number
         case_id = test_id if number == 1 else f"{test_id}#{number}"
         self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(result)
+        if any(part.coarse for part in result.per_gpu):
+            self.coarse_regions.append(case_id)
+
+    def set_outcome(self, test_id: str, outcome: str) -> None:
+        """How the test ended, for all of its cases (``runs.records.OUTCOMES``)."""
+        for case in self.cases_of(test_id):
+            case.outcome = outcome
+
+    def outcomes(self) -> dict[str, str]:
+        return {case_id: record.outcome for case_id, record in self.cases.items()}
 
     def export_cases(self) -> str:
         """The cases as JSON, for a pytest-xdist worker to hand to the controller."""
         return json.dumps([
-            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot).to_json() for slot, gpu in enumerate(record.merged.per_gpu)]]
+            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot, record.outcome).to_json()
+                       for slot, gpu in enumerate(record.merged.per_gpu)]]
             for case_id, record in self.cases.items()
         ])
 
     def import_cases(self, exported: str) -> None:
         """Add a worker's cases (see ``export_cases``); a case id is never measured by two workers."""
-        for case_id, entries in json.loads(exported):
-            gpus = tuple(CaseEntry.from_json(entry, "a pytest-xdist worker's results").to_gpu_result() for entry in entries)
-            self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(EnergyResult(per_gpu=gpus))
+        for case_id, data in json.loads(exported):
+            entries = [CaseEntry.from_json(entry, "a pytest-xdist worker's results") for entry in data]
+            record = self.cases.setdefault(case_id, CaseRecord(case_id))
+            record.results.append(EnergyResult(per_gpu=tuple(entry.to_gpu_result() for entry in entries)))
+            record.outcome = entries[0].outcome if entries else PASSED
 
     def junit_properties(self, test_id: str) -> list[tuple[str, object]]:
-        """The figures of a test's cases, for ``--junitxml`` (one set per region and GPU)."""
+        """The figures of a test's cases, for ``--junitxml`` (one set per region and GPU).
+
+        Named by the GPU's place among the test's GPUs (``energy.gpu0`` is the test's first GPU),
+        not by its index: under pytest-xdist a test runs on whichever GPU its worker has, and its
+        property names must not change from run to run. The index is a property of its own.
+        """
         properties: list[tuple[str, object]] = []
         for case in self.cases_of(test_id):
-            for gpu in case.merged.per_gpu:
+            for slot, gpu in enumerate(case.merged.per_gpu):
                 summary = gpu.summary
-                prefix = f"energy.gpu{gpu.gpu_index}" + (f".region{case.test_id.rsplit('#', 1)[1]}" if case.test_id != test_id else "")
+                prefix = f"energy.gpu{slot}" + (f".region{case.test_id.rsplit('#', 1)[1]}" if case.test_id != test_id else "")
                 properties += [
                     (f"{prefix}.ets_j", round(summary.ets_j, 6)), (f"{prefix}.time_s", round(summary.time_s, 6)),
                     (f"{prefix}.edp_js", round(summary.edp_js, 6)), (f"{prefix}.mean_power_w", round(summary.mean_power_w, 3)),
                     (f"{prefix}.n", summary.n), (f"{prefix}.cap", gpu.cap_label),
                     (f"{prefix}.limit_enforced_w", gpu.limit_enforced_w), (f"{prefix}.gpu", gpu.gpu_name),
+                    (f"{prefix}.gpu_index", gpu.gpu_index),
                     (f"{prefix}.method", gpu.method), (f"{prefix}.simulated", gpu.simulated),
                 ]
         return properties

@@ -53,6 +53,8 @@ def markdown_report(
         lines += comparison_markdown(item, skipped_caps(by_run.get(item.new_run_id)))
     for doc in docs:
         lines += run_markdown(doc, folded=bool(comparisons))
+    if not docs and not comparisons:
+        lines += ["Nothing was measured in this session.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..gate.records import Comparison
 from ..meter.results import EnergyResult
-from ..runs.records import CaseEntry, RunDocument
+from ..runs.records import PASSED, CaseEntry, RunDocument
 from .digest import (
     CHANGE_COLUMNS,
     SIM_FOOTNOTE,
@@ -187,12 +187,26 @@ def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> lis
     if not lines:
         lines = _long_table(entries, names, width)
     lines += wrap(_bound_line(entries, names), width)
+    lines += _not_passed_lines(entries, width)
     lines += wrap("method: " + ", ".join(sorted({_method(e) for e in entries})), width)
     if any(n != w for w, n in names.items()):
         lines += wrap("test: the workload's parameters; full ids in the JSON, Markdown and HTML reports", width)
     if simulated:
         lines += wrap(SIM_FOOTNOTE, width)
     return lines
+
+
+def _not_passed_lines(entries: Sequence[CaseEntry], width: int) -> list[str]:
+    """Cases whose test did not pass are shown, and said to be no baseline."""
+    by_outcome: dict[str, list[str]] = {}
+    for entry in entries:
+        if not entry.passed and entry.case_id not in by_outcome.get(entry.outcome, []):
+            by_outcome.setdefault(entry.outcome, []).append(entry.case_id)
+    if not by_outcome:
+        return []
+    counts = ", ".join(f"{len(ids)} {outcome}" for outcome, ids in sorted(by_outcome.items()))
+    return wrap(f"not passed ({counts}): measured, but no baseline and never compared: "
+                + ", ".join(i for ids in by_outcome.values() for i in ids), width)
 
 
 def _bound_share(entry: CaseEntry) -> float | None:
@@ -254,7 +268,41 @@ def run_lines(doc: RunDocument, width: int | None = None) -> list[str]:
     return wrap(f"run {doc.describe()}", width) + results_lines(doc.cases, width)
 
 
-def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None = None) -> list[str]:
-    """The session's measured cases (``(case id, EnergyResult)``) as results lines."""
-    entries = [CaseEntry.from_gpu_result(case_id, gpu) for case_id, result in cases for gpu in result.per_gpu]
+def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None = None,
+                  outcomes: Mapping[str, str] | None = None) -> list[str]:
+    """The session's measured cases (``(case id, EnergyResult)``, ``outcomes`` by case id) as results lines."""
+    outcomes = outcomes or {}
+    entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED))
+               for case_id, result in cases for gpu in result.per_gpu]
     return results_lines(entries, width)
+
+
+def skipped_lines(skipped: Sequence, width: int) -> list[str]:
+    lines = []
+    for cap, reason, tests in skipped_groups(skipped):
+        lines += wrap(f"skipped: cap {cap} for {len(tests)} test{'s' if len(tests) != 1 else ''}: {reason}", width)
+    return lines
+
+
+def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequence[str],
+                 unparametrised: Mapping[str, Sequence[str]], width: int) -> list[str]:
+    """What the user should know at the end of a session, as lines: the plugin never says it with a
+    warning, which a suite's ``filterwarnings = error`` would turn into a failed test."""
+    lines = []
+    for message in repairs:
+        lines += wrap(f"gpuenergy: a run died with a GPU capped: {message}", width)
+    for message in notices:
+        lines += wrap(f"gpuenergy: note: {message}", width)
+    if coarse:
+        count = len(coarse)
+        lines += wrap(f"gpuenergy: note: {count} measured region{'s were' if count != 1 else ' was'} too short for the "
+                      f"GPU's counter to resolve (coarse): the ETS is interpolated and its bound is wide (each case's "
+                      f"notes say how wide); measure with energy_meter.measure(fn), which repeats the work until it is "
+                      f"long enough: {', '.join(coarse[:5])}{' ...' if count > 5 else ''}", width)
+    for fixture, tests in unparametrised.items():
+        count = len(tests)
+        lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "
+                      f"a test once per setting (a unittest.TestCase method, request.getfixturevalue): "
+                      f"{'they' if count != 1 else 'it'} ran once, at the GPU's current setting; take the fixture as "
+                      f"an argument of a test function instead: {', '.join(tests[:5])}{' ...' if count > 5 else ''}", width)
+    return lines

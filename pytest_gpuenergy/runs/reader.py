@@ -11,7 +11,7 @@ from typing import Any, Literal, overload
 
 from ..errors import JsonInputError, StorageError
 from ..meter.results import Repetition
-from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none, node_id_of
+from .records import FORMAT, OUTCOMES, PASSED, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none, node_id_of
 from .validation import figure_problem, parse_json, shown
 
 # -- reading -------------------------------------------------------------------------------------
@@ -112,6 +112,9 @@ class DocumentReader:
             raise self.fail(f"{where}.rank", f"must be a whole number >= 0 or null, got {shown(rank)}")
         if host is not None and not isinstance(host, str):
             raise self.fail(f"{where}.host", f"must be a string or null, got {shown(host)}")
+        outcome = data.get("outcome", PASSED)
+        if outcome not in OUTCOMES:
+            raise self.fail(f"{where}.outcome", f"must be one of {', '.join(OUTCOMES)}, got {shown(outcome)}")
         return CaseEntry(
             case_id=case_id,
             test=test if isinstance(test := data.get("test"), str) else node_id_of(case_id),
@@ -130,7 +133,7 @@ class DocumentReader:
             notes=tuple(str(n) for n in notes),
             clock_cap=clock_cap,
             sm_clock_cap_mhz=self.number(data, "sm_clock_cap_mhz", where, optional=True),
-            gpu_slot=slot, host=host, rank=rank,
+            gpu_slot=slot, host=host, rank=rank, outcome=outcome,
         )
 
     def repetition(self, data: Any, where: str) -> Repetition:

@@ -13,12 +13,12 @@ Layout::
 ``backend`` is ``nvml`` or ``sim``; the slug is the GPU model name in lower-case ASCII with
 dashes (``nvidia-h100-80gb-hbm3``). A session that measured two GPU models writes two documents.
 
-Format (``"format": "pytest-gpuenergy-run"``, ``"version": 2``; the full description with an
+Format (``"format": "pytest-gpuenergy-run"``, ``"version": 3``; the full description with an
 example is ``docs/run-format.md``)::
 
     {
       "format": "pytest-gpuenergy-run",   # any other value: not ours, refused
-      "version": 2,                       # integer; a newer one is refused (upgrade the plugin); 1 is read
+      "version": 3,                       # integer; a newer one is refused (upgrade the plugin); 1 and 2 are read
       "run_id": "20250301T101500Z-1a2b3c4d",   # UTC time of the run + random; unique
       "created_at": "2025-03-01T10:15:00+00:00",
       "backend": "nvml" | "sim",
@@ -42,8 +42,9 @@ example is ``docs/run-format.md``)::
                                                                     # (absent in version 1)
           "summary": {"n", "ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
                       "ets_std_j", "ets_cv", "ets_min_j", "ets_max_j"},
-          "notes": ["..."]
-      }]
+          "notes": ["..."],
+          "outcome": "passed"             # how the test ended: passed, failed, error, skipped, xfailed,
+      }]                                  # xpassed; only passed cases are baselines (absent before version 3: passed)
     }
 
 Units are in the names (J, s, J s, W). Numbers that are undefined (a mean power over a zero
@@ -56,7 +57,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,9 @@ from typing import Any
 from ..meter.results import GpuResult, Repetition, Summary
 
 FORMAT = "pytest-gpuenergy-run"
-VERSION = 2   # 2: repetitions carry the bound of their ETS (ets_low_j, ets_high_j); 1 is still read
+VERSION = 3   # 3: cases carry their test's outcome; 2: repetitions carry the bound of their ETS; 1 and 2 are still read
+PASSED = "passed"
+OUTCOMES = (PASSED, "failed", "error", "skipped", "xfailed", "xpassed")   # as pytest reports a test
 
 _REGION_SUFFIX = re.compile(r"(.+)#(\d+)")
 
@@ -95,6 +98,11 @@ class CaseEntry:
     gpu_slot: int = 0              # the GPU's place among the case's GPUs (0 for a one-GPU test; a rank's order)
     host: str | None = None        # torch.distributed: the host and global rank that measured this GPU
     rank: int | None = None
+    outcome: str = PASSED          # how the test ended; only passed cases are baselines and are compared
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASSED
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -114,7 +122,7 @@ class CaseEntry:
         return [float(getattr(rep, field_name)) for rep in self.repetitions]
 
     @classmethod
-    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0) -> CaseEntry:
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0, outcome: str = PASSED) -> CaseEntry:
         return cls(
             case_id=case_id,
             test=node_id_of(case_id),
@@ -136,6 +144,7 @@ class CaseEntry:
             gpu_slot=slot,
             host=gpu.host,
             rank=gpu.rank,
+            outcome=outcome,
         )
 
     def to_gpu_result(self) -> GpuResult:
@@ -179,6 +188,7 @@ class CaseEntry:
             "gpu_slot": self.gpu_slot,
             "host": self.host,
             "rank": self.rank,
+            "outcome": self.outcome,
         }
 
 
@@ -201,6 +211,12 @@ class RunDocument:
     @property
     def origin(self) -> str:
         return "simulated" if self.simulated else "measured"
+
+    def passed_only(self) -> RunDocument:
+        """The document without the cases whose test did not pass: what baselines and comparisons use."""
+        if all(case.passed for case in self.cases):
+            return self
+        return replace(self, cases=tuple(case for case in self.cases if case.passed))
 
     def describe(self) -> str:
         """One line for listings: id, date, backend, model, cases, commit."""

@@ -8,7 +8,7 @@ import os
 import re
 import secrets
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from ..errors import StorageError
 from ..fileio import atomic_write_json
 from ..meter.results import EnergyResult
 from .reader import load_document
-from .records import CaseEntry, RunDocument, as_utc, require_json
+from .records import PASSED, CaseEntry, RunDocument, as_utc, require_json
 
 DEFAULT_STORAGE = ".energy"
 LATEST = "latest"
@@ -35,8 +35,11 @@ def build_documents(
     options: dict[str, Any],
     commit: dict[str, Any] | None,
     created_at: datetime | None = None,
+    outcomes: Mapping[str, str] | None = None,
 ) -> list[RunDocument]:
     """The session's results as one document per (backend, GPU model), in first-seen order.
+
+    ``outcomes`` says how each case's test ended (by case id; a case not named passed).
 
     A baseline is only meaningful for one GPU model, so a session on an H100 and an A100 gives
     two documents, each compared with its own model's history.
@@ -53,7 +56,8 @@ def build_documents(
         for slot, gpu in enumerate(result.per_gpu):
             if not gpu.repetitions:
                 raise ValueError(f"build_documents: case {case_id!r} has no repetition on GPU {gpu.gpu_index}")
-            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(CaseEntry.from_gpu_result(case_id, gpu, slot))
+            outcome = (outcomes or {}).get(case_id, PASSED)
+            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(CaseEntry.from_gpu_result(case_id, gpu, slot, outcome))
     documents = []
     for (backend, model), entries in groups.items():
         documents.append(RunDocument(

@@ -3,7 +3,7 @@
 It drives ordinary pytest sessions (subprocesses) of the selected tests with ``--gpu-caps`` (or
 ``--gpu-clocks``) at settings it chooses (``tune_search.py``) and ``--energy-save`` into a storage
 folder, so every figure it uses is an ordinary run document that ``gpuenergy runs`` lists and the
-reports plot. Each GPU model among the visible GPUs is tuned on its first GPU (``--gpus=INDEX``).
+reports plot. Each GPU model among the visible GPUs is tuned on its first GPU (``--gpu-devices=INDEX``).
 
 A round is one pytest session: the first runs the user's selection at both ends of the range,
 the second the golden-section points, then one setting per test and round, each test selected
@@ -201,7 +201,7 @@ def _run_round(options: TuneOptions, backend: Backend, tuning: ModelTuning,
     store = RunStore(options.storage)
     before = set(store.files())
     command = [sys.executable, "-m", "pytest", *targets, *options.pytest_args, grid.option(indices),
-               f"--gpus={tuning.gpu_index}", f"--gpu-backend={options.backend}", "--energy-save",
+               f"--gpu-devices={tuning.gpu_index}", f"--gpu-backend={options.backend}", "--energy-save",
                f"--energy-storage={options.storage}", f"--energy-repeat={options.repeat}", "-q",
                "-p", "no:cacheprovider"]
     log(f"  session {tuning.sessions + 1}: {', '.join(grid.text(i) for i in indices)} "

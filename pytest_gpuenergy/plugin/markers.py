@@ -1,0 +1,77 @@
+"""The plugin's markers, their descriptions for ``pytest --markers``, and the checks of their arguments.
+
+Every marker is checked at collection, so that a typo fails the run before any GPU is touched; each
+problem is a ``ValueError`` whose message the glue turns into a one-line usage error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..gate.budgets import Budget, budget_from_marker
+from ..gpu.placement import check_wanted
+from ..runs.validation import bounded_number, shown
+from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
+from .clocks import MARKER as CLOCKS_MARKER
+
+MAX_REPEAT = 10_000            # as --energy-repeat
+MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
+
+MARKERS = (
+    CLOCKS_MARKER,
+    "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
+    "instead of --gpu-caps",
+    "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
+    "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies",
+    "energy(repeat=None, compute_bound=None, min_time=None, work=None, gpus=1): how to measure this test: calls of "
+    "the test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds, "
+    "GPUs it runs on (a number or 'all')",
+)
+_ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
+
+
+def budgets_of(item: pytest.Item) -> list[Budget]:
+    """The item's ``energy_budget`` markers, nearest first (``BudgetError`` names a bad one)."""
+    return [budget_from_marker(m.args, m.kwargs) for m in item.iter_markers("energy_budget")]
+
+
+def energy_settings(item: pytest.Item) -> dict:
+    """The ``energy(...)`` marker's settings for this item (empty without one)."""
+    marker = item.get_closest_marker("energy")
+    if marker is None:
+        return {}
+    if marker.args:
+        raise ValueError(f"energy takes keyword arguments only ({', '.join(sorted(_ENERGY_KEYS))})")
+    unknown = sorted(set(marker.kwargs) - _ENERGY_KEYS)
+    if unknown:
+        raise ValueError(f"energy got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ENERGY_KEYS))}")
+    settings = dict(marker.kwargs)
+    repeat = settings.get("repeat")
+    if repeat is not None and (not isinstance(repeat, int) or bounded_number(repeat, low=1, high=MAX_REPEAT) is None):
+        raise ValueError(f"energy(repeat=) must be a whole number >= 1 (at most {MAX_REPEAT}), got {shown(repeat)}")
+    bound = settings.get("compute_bound")
+    if bound is not None and bounded_number(bound, low=0, high=1) is None:
+        raise ValueError(f"energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got {shown(bound)}")
+    min_time = settings.get("min_time")
+    if min_time is not None and bounded_number(min_time, low=0, high=MAX_MIN_TIME_S) is None:
+        raise ValueError(f"energy(min_time=) must be a number of seconds >= 0 (at most {MAX_MIN_TIME_S:g}), got {shown(min_time)}")
+    if settings.get("work") is not None:
+        settings["work"] = _declared_work(settings["work"])
+    if "gpus" in settings:
+        settings["gpus"] = check_wanted(settings["gpus"])
+    return settings
+
+
+def _declared_work(work: Any) -> GpuWork:
+    """``energy(work={"flops_tf32": 2e12, "bytes": 5e10, "kernels": 900})``: one call's GPU work."""
+    if isinstance(work, GpuWork):
+        return work
+    if not isinstance(work, dict):
+        raise ValueError(f"energy(work=) must be a dict of {', '.join(GPU_WORK_FIELDS)}, got {work!r}")
+    unknown = sorted(set(work) - set(GPU_WORK_FIELDS))
+    if unknown:
+        raise ValueError(f"energy(work=) got unknown figure(s) {', '.join(map(str, unknown))}; "
+                         f"allowed: {', '.join(GPU_WORK_FIELDS)}")
+    return GpuWork(**work)
