@@ -25,8 +25,12 @@ os.environ["GPUENERGY_BACKEND"] = "sim"
 # Every pytest these tests start (pytester's, `gpuenergy tune`'s, the fleet's, torchrun's) would load
 # hypothesis's pytest plugin, which imports all of hypothesis: 0.5 s of a 0.9 s start, paid by each of
 # the suite's ~200 child sessions and xdist workers. The sessions under test never use hypothesis
-# (only test_fuzz_inputs.py does, in this process), so their pytest leaves it out.
-CHILD_PYTEST_ADDOPTS = "-p no:hypothesispytest"
+# (only test_fuzz_inputs.py does, in this process), so their pytest leaves it out. The same goes for
+# the plugins the compatibility matrix (test_compat.py) tries the plugin beside: installed for it,
+# they would reorder (randomly), warn (asyncio) or print (benchmark) in every other child session;
+# each test of the matrix turns on the one it tries.
+COMPAT_PLUGINS = ("randomly", "asyncio", "benchmark", "pytest_cov", "rerunfailures", "repeat")
+CHILD_PYTEST_ADDOPTS = " ".join(f"-p no:{name}" for name in ("hypothesispytest", *COMPAT_PLUGINS))
 os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {CHILD_PYTEST_ADDOPTS}".strip()
 
 

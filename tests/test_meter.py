@@ -22,6 +22,7 @@ from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.energy_meter import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.meter.integrate import Publication, Read, counter_energy, publications, sampled_energy
 from pytest_gpuenergy.meter.lattice import Bracket, TickLearner
+from pytest_gpuenergy.meter.recorder import VIRTUAL_WARM_UP_S
 from pytest_gpuenergy.sim.models import GPU_MODELS
 
 
@@ -254,7 +255,9 @@ def test_each_backend_has_its_own_recorders_so_no_test_depends_on_another(sim_st
     assert not thread.is_alive()
     second = open_backend("sim")
     fresh = EnergyMeter(second, second.select(None)).recorders[0]
-    assert fresh is not thread and fresh.learner.brackets == []
+    # A new recorder learns from its own reads only: on the virtual clock, those of its warm-up.
+    assert fresh is not thread and fresh.learner is not thread.learner
+    assert fresh.learner.brackets and all(b.before <= VIRTUAL_WARM_UP_S + 0.01 for b in fresh.learner.brackets)
     second.close()
 
 

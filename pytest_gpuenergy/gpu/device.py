@@ -226,6 +226,15 @@ class Backend:
         if self.simulated:
             self.nvml.simUseDevices([gpu.index for gpu in gpus])
 
+    def begin_test(self, test_id: str, gpus: Sequence[Gpu]) -> None:
+        """Simulator only: a test starts on ``gpus``, in a world of its own (``SimulatedNvml.simBeginTest``):
+        on the virtual clock the meter's recorders start afresh with it."""
+        if not self.simulated:
+            return
+        self.nvml.simBeginTest(test_id, [gpu.index for gpu in gpus])
+        if self.virtual_clock is not None and self.recorders is not None:
+            self.recorders.stop()
+
     def set_workload_profile(self, compute_bound: float) -> None:
         """Declare how compute-bound the coming work is; only the simulator needs to know."""
         if self.simulated:

@@ -113,7 +113,7 @@ class EnergyMeter:
         self._group: Any = None
         registry = recorders_of(backend)
         try:
-            self.recorders = [registry.of(gpu) for gpu in self.gpus]   # they start learning now
+            self.recorders = [registry.of(gpu, slot) for slot, gpu in enumerate(self.gpus)]   # they start learning now
         except pynvml.NVMLError as exc:
             raise MeasurementError(f"reading the energy of {self.gpus[0].label} failed: NVML: {exc}") from None
         # On the simulator the process's CPU time stands for GPU work only inside this meter's
@@ -508,9 +508,12 @@ def _integrate(recorder: Recorder, reads: list, lattice: Any, t0: float, t1: flo
 
 
 def _check_moving(recorder: Recorder, reads: list, t0: float, t1: float, period: float) -> None:
-    if len(reads) < 2 or len({r.value for r in reads}) > 1:
+    """A counter whose value has not changed for three of its periods, up to the latest read, is stuck."""
+    if len(reads) < 2:
         return
-    watched = reads[-1].ended - reads[0].started
+    last = reads[-1].value
+    unchanged_since = next((r.ended for r in reversed(reads) if r.value != last), reads[0].started)
+    watched = reads[-1].ended - unchanged_since
     if watched >= 3 * period:
         raise MeasurementError(
             f"the energy counter of {recorder.gpu.label} did not move for {watched:.3g} s although it updates "

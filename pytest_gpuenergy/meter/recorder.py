@@ -44,6 +44,10 @@ _REFRESH_EVERY = 4
 _REFRESH_RARELY = 16
 _KEEP_S = 30.0                   # reads older than this (and than any held region) are dropped
 _GIVE_UP_AFTER_S = 2.0           # NVML errors for this long in a row stop the recorder
+# On a simulator's virtual clock a new recorder first watches the idle GPU this long (no wall time,
+# a few ms of CPU), so that every test's first region finds the lattice learned, as a session's
+# later regions do on a real GPU, whichever test comes first.
+VIRTUAL_WARM_UP_S = 0.6
 _INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
 _AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
 
@@ -57,7 +61,7 @@ class Recorder:
     reads, whatever the host is doing).
     """
 
-    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str, seed: int | None = None) -> None:
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str, seed: int | str | None = None) -> None:
         self.gpu = gpu
         self.clock = clock
         self.method = method
@@ -378,16 +382,20 @@ class Recorders:
         self._lock = threading.Lock()
         backend.on_close(self.stop)
 
-    def of(self, gpu: Gpu) -> Recorder:
+    def of(self, gpu: Gpu, slot: int = 0) -> Recorder:
+        """``gpu``'s recorder, started now if it is not running; ``slot``, the GPU's place among the
+        meter's, seeds the timing of its reads (the same plan for a test's k-th GPU, whichever it is)."""
         with self._lock:
             recorder = self._by_uuid.get(gpu.uuid)
             if recorder is None:
-                recorder = Recorder(gpu, self.backend.clock, _method_for(gpu))
+                recorder = Recorder(gpu, self.backend.clock, _method_for(gpu), seed=f"slot{slot}")
                 virtual = self.backend.virtual_clock
                 recorder.driver = (PlanDriver(recorder, virtual, self.backend.sleep_until) if virtual is not None
                                    else ThreadDriver(recorder))
                 recorder.driver.start()
                 self._by_uuid[gpu.uuid] = recorder
+                if virtual is not None:
+                    self.backend.sleep_until(self.backend.clock() + VIRTUAL_WARM_UP_S)
             return recorder
 
     def stop(self) -> None:

@@ -266,7 +266,7 @@ def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
     wanted = request.node.stash.get(_SETTINGS_KEY, {}).get("gpus", 1)
     if session.backend is not None and wanted != "all" and wanted > len(session.gpus):
         pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
-    lease = session.lease(wanted)
+    lease = session.lease(wanted, request.node.nodeid)
     try:
         lease.__enter__()
     except GpuEnergyError as exc:

@@ -219,14 +219,17 @@ class EnergySession:
         return f"  GPUs per test: 1 ({where}); more with @pytest.mark.energy(gpus=N or \"all\")"
 
     @contextlib.contextmanager
-    def lease(self, wanted: int | str = 1) -> Iterator[list[Gpu]]:
+    def lease(self, wanted: int | str = 1, test_id: str | None = None) -> Iterator[list[Gpu]]:
         """Hold the test's GPUs for one test (``wanted``: a count or "all", see ``placement``): no
         other test, in any process, caps or measures them meanwhile (caps never clash and energy is
-        never attributed to the wrong test), and only those: tests on other GPUs run side by side."""
+        never attributed to the wrong test), and only those: tests on other GPUs run side by side.
+        On the simulator ``test_id`` starts the test in a world of its own (``Backend.begin_test``)."""
         backend = self._require_backend()
         held = self.placement.gpus_for(self.gpus, wanted)
         with holding(lock_paths(backend.lock_folder, [g.uuid for g in held]), timeout_s=self.options.lock_timeout_s):
             backend.use(held)
+            if test_id is not None:
+                backend.begin_test(test_id, held)
             if not backend.simulated:
                 pin_current_device(held, backend.all_gpus)
             self.held = held

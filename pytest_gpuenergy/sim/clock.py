@@ -70,6 +70,14 @@ class VirtualClock:
     def sleep_until(self, moment: float) -> None:
         self.advance_to(moment)
 
+    def restart(self, at: float) -> None:
+        """Start time over at ``at`` with no plan (each test of a session starts at the same moment:
+        see ``SimulatedNvml.simBeginTest``). Plans still running are stopped."""
+        for _, _, plan in self._plans:
+            plan.stop()
+        self._plans.clear()
+        self._now = at
+
     def start(self, steps: Iterator[float], on_error: Callable[[BaseException], None]) -> Plan:
         """Run ``steps`` up to its first wake-up now, then at each moment it yields."""
         plan = Plan(steps, on_error, order=next(self._order))

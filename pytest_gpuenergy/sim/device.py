@@ -57,10 +57,12 @@ class SimDevice:
         self.last_commit = now
         self.region_time_factor = 1.0
         self.region_power_factor = 1.0
+        # What its noise, its ticks' phase and its sensor's jitter are drawn from: its index, or within
+        # a test its place among the test's GPUs (``restart``), so that a test draws the same on
+        # whichever GPU a pytest-xdist worker gives it.
+        self.identity = str(index)
         self._region_rng = random.Random(f"{owner.seed}/{index}/regions")
-        phase_rng = random.Random(self.uuid)
-        self.counter_phase_s = phase_rng.uniform(0, spec.counter_period_s)
-        self.power_phase_s = phase_rng.uniform(0, spec.power_publish_s)
+        self._set_phases(random.Random(self.uuid))
         self.stuck_value_mj: int | None = None
         self.last_counter_mj: int | None = None
         self._op_cache: dict[tuple[int, float, float], OperatingPoint] = {}
@@ -137,9 +139,35 @@ class SimDevice:
         key = work.key
         if key not in self._drift_cache:
             cv = self.owner.noise_cv
-            rng = random.Random(f"{self.owner.seed}/{self.index}/{key}")
+            rng = random.Random(f"{self.owner.seed}/{self.identity}/{key}")
             self._drift_cache[key] = math.exp(rng.gauss(0.0, cv)) if cv else 1.0
         return self._drift_cache[key]
+
+    def _set_phases(self, rng: random.Random) -> None:
+        self.counter_phase_s = rng.uniform(0, self.spec.counter_period_s)
+        self.power_phase_s = rng.uniform(0, self.spec.power_publish_s)
+
+    def restart(self, test_id: str, slot: int) -> None:
+        """A new test starts at the virtual clock's start, on an idle GPU (``simBeginTest``), as the
+        test's ``slot``-th GPU: nothing of what earlier tests ran shows, and what it draws depends on
+        the test and the slot alone."""
+        self._set_phases(random.Random(f"phase/{slot}"))
+        now = self.owner.clock.now()
+        self.timeline = Timeline(now)
+        self.last_seen = self.last_commit = now
+        self.last_cpu = self.owner.cpu_clock()
+        self.pending_cpu_s = 0.0
+        self.own_committed_mj = 0.0
+        self.last_counter_mj = None
+        self.reseed(test_id, slot)
+
+    def reseed(self, test_id: str, slot: int) -> None:
+        """Draw this test's region noise from the seed, the test's id and the GPU's slot alone, not
+        from the tests before it."""
+        self.identity = str(slot)
+        self._drift_cache.clear()
+        self._region_rng = random.Random(f"{self.owner.seed}/{slot}/{test_id}/regions")
+        self.new_noise_epoch()
 
     def new_noise_epoch(self) -> None:
         """Each measured region (between two synchronisations) draws its own small deviation."""
@@ -192,7 +220,7 @@ class SimDevice:
         published = self.last_tick(self.owner.clock.now(), period, self.power_phase_s)
         energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
         tick = round((published - self.power_phase_s) / period)
-        jitter_mw = zlib.crc32(f"{self.uuid}/{tick}".encode()) % 1001 - 500
+        jitter_mw = zlib.crc32(f"{self.identity}/{tick}".encode()) % 1001 - 500
         return max(int(round(energy_mj / window_s)) + jitter_mw, 0)
 
     def is_busy(self) -> bool:

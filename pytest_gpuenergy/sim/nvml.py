@@ -468,6 +468,30 @@ class SimulatedNvml:
                     device.pending_cpu_s = 0.0     # gathered outside what was to count
             self.counts_cpu = counting
 
+    def simBeginTest(self, test_id: str, indices: Sequence[int] = ()) -> None:
+        """A test starts: its figures must depend on the test and the seed only, whatever ran before it
+        (the order, ``-k``, the pytest-xdist worker). Its noise is drawn for the test alone; on the
+        virtual clock, time also starts over at 0 on idle GPUs (this process's energy so far is
+        committed first), so that its regions fall at the same moments against the counter's ticks
+        and see the same counter values. What waited on the clock (the meter's recorders) is stopped:
+        the meter starts new ones. ``indices``: the test's GPUs, in order; the k-th draws as slot k
+        (the same on whichever GPU a pytest-xdist worker runs the test)."""
+        with self._lock:
+            self._require_init()
+            slots = {index: slot for slot, index in enumerate(indices)}
+            held = [d for d in self._devices if d.index in slots]
+            if isinstance(self.clock, VirtualClock):
+                for device in self._devices:
+                    device.advance()
+                    device.commit()
+                self.clock.restart(0.0)
+                for device in self._devices:
+                    device.restart(test_id, slots.get(device.index, len(slots) + device.index))
+                self.declared = False
+            else:
+                for device in held:
+                    device.reseed(test_id, slots[device.index])
+
     def simExactEnergyMj(self, handle: SimDeviceHandle, moment: float | None = None) -> float:
         """The model's exact energy integral (not quantised, not delayed) at ``moment`` on its clock."""
         with self._lock:
