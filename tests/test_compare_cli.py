@@ -165,7 +165,7 @@ def test_runs_lists_saved_runs(saved, store, capsys, monkeypatch):
     rows = lines[2:]
     assert [r.split()[0] for r in rows] == [saved[k].stem for k in ("old", "worse", "same", "v100", "real")]
     assert "2025-03-01 10:00" in rows[0] and "sim (simulated)" in rows[0] and "10" in rows[0].split()
-    assert "0123456789 (main)" in rows[0] and "nvml" in rows[-1] and H100_REAL in rows[-1]
+    assert "0123456789 (main)" in rows[0] and "nvml" in rows[-1] and H100_REAL.removeprefix("NVIDIA ") in rows[-1]
 
 
 def test_runs_fit_a_narrow_terminal(saved, store, capsys, monkeypatch):

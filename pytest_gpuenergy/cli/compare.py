@@ -20,9 +20,9 @@ from ..fileio import atomic_write_text
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..reports.digest import skipped_caps
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
-from ..runs.records import RunDocument, commit_text
+from ..runs.records import RunDocument, commit_text, model_text
 from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
-from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore
+from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore, project_storage
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -48,17 +48,18 @@ def add_compare_commands(subparsers: Any) -> None:
                               "without it changes are reported and nothing fails")
     compare.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE,
                          help="confidence that a change is real, one-sided (default 0.99; also 99%%)")
-    compare.add_argument("--storage", default=DEFAULT_STORAGE, metavar="DIR",
+    compare.add_argument("--storage", type=Path, default=None, metavar="DIR",
                          help=f"where run ids are looked up, and the saved runs before OLD from which the noise "
-                              f"between sessions is learnt (default {DEFAULT_STORAGE})")
+                              f"between sessions is learnt (default: the project's, {DEFAULT_STORAGE} in its rootdir)")
     compare.add_argument("--markdown", metavar="FILE", help="also write a Markdown report (- for standard output)")
     compare.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     compare.add_argument("--json", metavar="FILE", help="also write a JSON report (- for standard output)")
     compare.set_defaults(handler=cmd_compare)
 
     runs = subparsers.add_parser("runs", help="list the saved runs: id, date, backend, GPU model, cases, commit")
-    runs.add_argument("--storage", default=DEFAULT_STORAGE, metavar="DIR",
-                      help=f"the storage folder (default {DEFAULT_STORAGE})")
+    runs.add_argument("--storage", type=Path, default=None, metavar="DIR",
+                      help=f"the storage folder (default: the project's, {DEFAULT_STORAGE} in its rootdir, found "
+                           f"from the current folder up as pytest finds it)")
     runs.add_argument("--backend", help="only runs of this backend (nvml or sim)")
     runs.add_argument("--gpu", metavar="MODEL", help="only runs of this GPU model (its exact name)")
     runs.add_argument("--by-commit", action="store_true",
@@ -87,7 +88,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         thresholds = parse_thresholds(args.fail, source="--fail") if args.fail is not None else {}
-        store = RunStore(args.storage)
+        store = RunStore(args.storage or project_storage())
         new = _resolve(store, args.new, gpu_model=args.gpu)
         saved = store.runs(new.backend, new.gpu_model)   # the baseline's candidates and its history
         old = _baseline(store, args.old, new, saved)
@@ -147,18 +148,19 @@ def _write(target: str, text: str, out: TextIO) -> int:
 
 def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    store = RunStore(args.storage)
+    store = RunStore(args.storage or project_storage())
     docs, problems = store.scan(args.backend, args.gpu)
     if not docs and not problems:
         print(f"no saved runs in {store.folder} (save one with: pytest --energy-save)", file=out)
         return EXIT_OK
     rows = [
         [d.run_id, f"{d.created_at:%Y-%m-%d %H:%M}", d.backend + (" (simulated)" if d.simulated else ""),
-         d.gpu_model, str(len(d.cases)), commit_text(d.commit)]
+         model_text(d.gpu_model), str(len(d.cases)), commit_text(d.commit)]
         for d in docs
     ]
     columns: tuple[Column, ...] = (Column("run id"), Column("date (UTC)", drop=2), Column("backend", drop=4),
-               Column("GPU model", elide=True), Column("cases", right=True, drop=3), Column("commit", drop=1))
+               Column("GPU model", elide=True, keep_start=True), Column("cases", right=True, drop=3),
+               Column("commit", drop=1))
     if args.by_commit:
         columns, rows = _commit_rows(docs)
     if rows:
@@ -177,11 +179,11 @@ def _commit_rows(docs: list[RunDocument]) -> tuple[tuple[Column, ...], list[list
         rows.append([
             commit_text(merged.commit) if group.commit_id else "no commit", str(len(group.runs)),
             str(len({(c.case_id, c.cap) for c in merged.cases})), f"{group.runs[-1].created_at:%Y-%m-%d %H:%M}",
-            merged.backend + (" (simulated)" if merged.simulated else ""), merged.gpu_model,
+            merged.backend + (" (simulated)" if merged.simulated else ""), model_text(merged.gpu_model),
             " ".join(d.run_id for d in group.runs),
         ])
     columns = (Column("commit"), Column("runs", right=True), Column("cases", right=True),
-               Column("latest (UTC)", drop=3), Column("backend", drop=4), Column("GPU model", elide=True),
+               Column("latest (UTC)", drop=3), Column("backend", drop=4), Column("GPU model", elide=True, keep_start=True),
                Column("run ids", drop=1, elide=True))
     return columns, rows
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pynvml
 
@@ -243,8 +244,8 @@ class PowerCapper:
             limits = {gpu.uuid: _read_limits(gpu) for gpu in self.gpus}   # read under the lock
             targets = {gpu.uuid: _target_mw(spec, gpu, limits[gpu.uuid]) for gpu in self.gpus}
             described = [self._apply_one(gpu, limits[gpu.uuid], targets[gpu.uuid]) for gpu in self.gpus]
-        except BaseException:
-            self.restore()
+        except BaseException as exc:
+            restore_after_failure(self, exc)
             raise
         return PowerCap(spec.label, spec, tuple(described))
 
@@ -321,6 +322,17 @@ class PowerCapper:
             else:
                 failures.append(problem)
         return failures
+
+
+def restore_after_failure(capper: PowerCapper | Any, failure: BaseException) -> None:
+    """Put back what a failed ``apply`` changed. Should that fail too, the error says both, the cause
+    first: "no permission to set" reads as such, not as a failed restore."""
+    try:
+        capper.restore()
+    except LimitRestoreError as also:
+        if not isinstance(failure, Exception):
+            raise
+        raise LimitRestoreError(f"{failure}; putting the GPU back failed too: {also}") from None
 
 
 def _target_mw(spec: CapSpec, gpu: Gpu, limits: PowerLimits) -> int:

@@ -33,6 +33,7 @@ import pynvml
 
 from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, LimitChangeError, LimitRestoreError
 from ..runs.validation import shown
+from .capping import restore_after_failure
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
 from .device import RETRY_ATTEMPTS, Gpu, retry_transient
 from .locks import holding, lock_paths
@@ -249,8 +250,8 @@ class ClockCapper:
             ranges = {gpu.uuid: _read(gpu, clock_range) for gpu in self.gpus}
             targets = {gpu.uuid: _target_mhz(spec, gpu, ranges[gpu.uuid]) for gpu in self.gpus}
             described = [self._apply_one(gpu, ranges[gpu.uuid], spec, targets[gpu.uuid]) for gpu in self.gpus]
-        except BaseException:
-            self.restore()
+        except BaseException as exc:
+            restore_after_failure(self, exc)
             raise
         return ClockCap(spec.label, spec, tuple(described))
 
@@ -334,6 +335,9 @@ def _restore_one(gpu: Gpu, previous: tuple[int, int] | None) -> str | None:
         if attempt:
             time.sleep(gpu.retry_backoff_s * attempt)
         try:
+            readable, now = read_lock(gpu)
+            if readable and now == previous:     # nothing to put back (the lock never took)
+                return None
             put_lock(gpu, previous)
             readable, now = read_lock(gpu)
             if not readable or now == previous:

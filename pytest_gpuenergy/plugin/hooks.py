@@ -267,10 +267,13 @@ def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
     if session.backend is not None and wanted != "all" and wanted > len(session.gpus):
         pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
     lease = session.lease(wanted, request.node.nodeid)
+    problem = None
     try:
         lease.__enter__()
     except GpuEnergyError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    if problem is not None:      # failed outside the handler: one line, not a chained traceback
+        pytest.fail(problem, pytrace=False)
     try:
         yield
     finally:
@@ -302,7 +305,8 @@ def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ener
             work=settings.get("work"),
         )
     except GpuEnergyError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    pytest.fail(problem, pytrace=False)
 
 
 # -- running ---------------------------------------------------------------------------------------

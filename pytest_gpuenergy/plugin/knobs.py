@@ -155,15 +155,20 @@ def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, knob
         _note_unparametrised(request, session, knob)
     else:
         signals.guard_termination()     # from now on SIGTERM ends the test by tearing it down
+    skipped = failed = None      # said outside the handlers: one line each, not a chained traceback
     try:
         value = capper.apply(spec) if spec is not None else capper.current()
     except CapOutOfRange as exc:
         session.release(capper)
         request.node.user_properties.append((knob.skipped_property, spec.label if spec is not None else "current"))
-        pytest.skip(str(exc))
+        skipped = str(exc)
     except GpuEnergyError as exc:
         session.release(capper)
-        pytest.fail(str(exc), pytrace=False)
+        failed = str(exc)
+    if skipped is not None:
+        pytest.skip(skipped)
+    if failed is not None:
+        pytest.fail(failed, pytrace=False)
     activate(value)
     try:
         yield value
@@ -172,7 +177,9 @@ def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, knob
         try:
             session.release(capper)
         except LimitRestoreError as exc:
-            pytest.fail(f"{exc}. Fix it with: gpuenergy restore", pytrace=False)
+            failed = f"{exc}. Fix it with: gpuenergy restore"
+        if failed is not None:
+            pytest.fail(failed, pytrace=False)
 
 
 def _note_unparametrised(request: pytest.FixtureRequest, session: Any, knob: Knob) -> None:

@@ -146,12 +146,15 @@ def _split_region(test_id: str) -> tuple[str, str]:
     return (match.group(1), match.group(2)) if match else (test_id, "")
 
 
-def elide(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters in the middle, where ids differ least: ``alex…n-40%``."""
+def elide(text: str, width: int, *, keep_start: bool = False) -> str:
+    """``text`` cut to ``width`` characters in the middle, where ids differ least: ``alex…n-40%``; or,
+    with ``keep_start``, at the end."""
     if len(text) <= width:
         return text
     if width <= 1:
         return text[:width]
+    if keep_start:
+        return text[:width - 1] + "…"
     head = (width - 1 + 1) // 2
     tail = width - 1 - head
     return text[:head] + "…" + (text[-tail:] if tail else "")

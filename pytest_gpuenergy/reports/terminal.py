@@ -44,12 +44,15 @@ def terminal_width() -> int:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: ``drop`` > 0 may go when the table is too wide (highest first); ``elide`` may be cut."""
+    """A table column: ``drop`` > 0 may go when the table is too wide (highest first); ``elide`` may be
+    cut, in the middle (where test ids differ least) or, with ``keep_start``, at the end (a GPU model's
+    name says what tells models apart first: ``H100 80GB H…``)."""
 
     title: str
     right: bool = False
     drop: int = 0
     elide: bool = False
+    keep_start: bool = False
 
 
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
@@ -81,7 +84,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
     def line(cells: Sequence[str]) -> str:
         parts = []
         for i in keep:
-            text = elide(cells[i], size[i])
+            text = elide(cells[i], size[i], keep_start=columns[i].keep_start)
             parts.append(text.rjust(size[i]) if columns[i].right else text.ljust(size[i]))
         return _GAP.join(parts).rstrip()[:width]
 
@@ -294,11 +297,11 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
     for message in notices:
         lines += wrap(f"gpuenergy: note: {message}", width)
     if coarse:
-        count = len(coarse)
+        count, cases = len(coarse), list(dict.fromkeys(coarse))
         lines += wrap(f"gpuenergy: note: {count} measured region{'s were' if count != 1 else ' was'} too short for the "
                       f"GPU's counter to resolve (coarse): the ETS is interpolated and its bound is wide (each case's "
                       f"notes say how wide); measure with energy_meter.measure(fn), which repeats the work until it is "
-                      f"long enough: {', '.join(coarse[:5])}{' ...' if count > 5 else ''}", width)
+                      f"long enough: {', '.join(cases[:5])}{' ...' if len(cases) > 5 else ''}", width)
     for fixture, tests in unparametrised.items():
         count = len(tests)
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "

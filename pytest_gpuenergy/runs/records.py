@@ -261,6 +261,15 @@ def with_origin(name: str, simulated: bool) -> str:
     return f"{name} (simulated)" if simulated and "simulated" not in name.lower() else name
 
 
+def model_text(gpu_model: str) -> str:
+    """A GPU model's name in a table that says the backend beside it: the vendor's prefix and the
+    simulator's suffix left out, so the part that tells models apart comes first (``H100 80GB HBM3``)."""
+    name = gpu_model.removesuffix(" (simulated)")
+    for vendor in ("NVIDIA ", "AMD "):
+        name = name.removeprefix(vendor)
+    return name or gpu_model
+
+
 def model_label(gpu_model: str, backend: str, simulated: bool) -> str:
     """``NVIDIA H100 80GB HBM3 [nvml]`` / ``... (simulated) [sim]``: a run's model in titles."""
     return f"{with_origin(gpu_model, simulated)} [{backend}]"

@@ -243,3 +243,32 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
+
+
+# -- where a project keeps its runs ------------------------------------------------------------------
+
+# pytest's configuration files, each with the section that makes it one (None: the file alone does)
+_CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None), (".pytest.ini", None),
+                 ("pyproject.toml", "[tool.pytest"), ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+_STORAGE_SETTING = re.compile(r"""^\s*energy_storage\s*=\s*["']?([^"'#\n]+?)["']?\s*(?:#.*)?$""", re.MULTILINE)
+
+
+def project_storage(start: Path | None = None) -> Path:
+    """The storage folder a pytest session started here would use, for commands run anywhere in the
+    project (``gpuenergy runs`` from a subfolder): in the nearest folder up from ``start`` that holds
+    the default storage folder or a pytest configuration file (the rootdir), the configuration's
+    ``energy_storage`` if it sets one, else ``.energy``. ``start``'s own ``.energy`` when none is found."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_STORAGE).is_dir():
+            return folder / DEFAULT_STORAGE
+        for name, section in _CONFIG_FILES:
+            try:
+                text = (folder / name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if section is None or section in text:
+                setting = _STORAGE_SETTING.search(text)
+                storage = Path(setting.group(1).strip()) if setting else Path(DEFAULT_STORAGE)
+                return storage if storage.is_absolute() else folder / storage
+    return here / DEFAULT_STORAGE
