@@ -233,6 +233,25 @@ def test_a_projects_own_energy_meter_fixture_is_left_alone(pytester, sim_state):
     assert "gpu energy" not in result.stdout.str()
 
 
+def test_a_session_that_uses_nothing_touches_no_state_and_installs_no_handler(pytester, sim_state):
+    pytester.makepyfile(test_quiet=textwrap.dedent(
+        """
+        import signal
+
+        def test_handlers_are_pythons_own():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        """
+    ), test_later=MEASURED)
+    quiet = pytester.runpytest("test_quiet.py")
+    quiet.assert_outcomes(passed=1)
+    assert quiet.stdout.lines[2].startswith("gpuenergy: standing by") and not sim_state.exists()
+    pytester.runpytest("--collect-only", "-q").assert_outcomes()
+    assert not sim_state.exists()                     # listing tests that measure opens no GPU either
+    pytester.runpytest("test_later.py").assert_outcomes(passed=1)
+    assert sim_state.exists()
+
+
 # -- rough edges -------------------------------------------------------------------------------------
 
 def test_caps_given_to_single_parameter_sets_apply_to_those_only(pytester, sim_state):

@@ -242,7 +242,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     runs, so that what the header would have said is said after the collection instead."""
     config = session.config
     energy = config.stash[SESSION_KEY]
-    if energy.started or energy.unavailable is not None:
+    if energy.started or energy.unavailable is not None or config.option.collectonly:
         return
     if any(uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
         _start(config, usage_errors=False)
