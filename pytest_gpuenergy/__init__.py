@@ -22,15 +22,16 @@ from .lazy import lazy_exports
 if TYPE_CHECKING:
     from .errors import EnergyMeasurementWarning, GpuEnergyError, PowerLimitWarning
     from .gate.budgets import Budget
-    from .gpu.capping import CapSpec, PowerCap, PowerCapper, parse_caps
+    from .gpu.capping import PowerCap, PowerCapper
     from .gpu.device import Backend, Gpu, open_backend
+    from .gpu.specs import CapSpec, parse_caps
     from .meter import EnergyMeter
     from .meter.results import EnergyResult, GpuResult, Repetition, Summary
 
 _EXPORTS = {
     "EnergyMeasurementWarning": ".errors", "GpuEnergyError": ".errors", "PowerLimitWarning": ".errors",
     "Budget": ".gate.budgets",
-    "CapSpec": ".gpu.capping", "PowerCap": ".gpu.capping", "PowerCapper": ".gpu.capping", "parse_caps": ".gpu.capping",
+    "CapSpec": ".gpu.specs", "PowerCap": ".gpu.capping", "PowerCapper": ".gpu.capping", "parse_caps": ".gpu.specs",
     "Backend": ".gpu.device", "Gpu": ".gpu.device", "open_backend": ".gpu.device",
     "EnergyMeter": ".meter",
     "EnergyResult": ".meter.results", "GpuResult": ".meter.results", "Repetition": ".meter.results",

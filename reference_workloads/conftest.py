@@ -87,9 +87,11 @@ def applies(entry: dict, simulated: bool | None) -> bool:
 
 
 def _session_simulated(config: pytest.Config) -> bool | None:
-    from pytest_gpuenergy.plugin.hooks import SESSION_KEY
+    """Whether the session's GPUs are simulated (opening them now, during collection); None where
+    they cannot be opened (the tests that use them then say why)."""
+    from pytest_gpuenergy.plugin.state import started_session
 
-    session = config.stash.get(SESSION_KEY, None)
+    session = started_session(config)
     backend = session.backend if session is not None else None
     return backend.simulated if backend is not None else None
 

@@ -4,8 +4,8 @@ import pytest
 
 from pytest_gpuenergy.errors import BudgetError, CapSyntaxError
 from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, check_budget, select_budget
-from pytest_gpuenergy.gpu.capping import CapSpec, parse_cap, parse_caps
 from pytest_gpuenergy.gpu.device import PowerLimits
+from pytest_gpuenergy.gpu.specs import CapSpec, parse_cap, parse_caps
 from pytest_gpuenergy.meter.results import Repetition, Summary
 
 H100 = PowerLimits(current_mw=700_000, enforced_mw=700_000, default_mw=700_000, min_mw=200_000, max_mw=700_000)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from pytest_gpuenergy.errors import BudgetError, CapSyntaxError
 from pytest_gpuenergy.gate.budgets import budget_from_marker
-from pytest_gpuenergy.gpu.capping import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, parse_caps
 from pytest_gpuenergy.gpu.device import PowerLimits
+from pytest_gpuenergy.gpu.specs import MAX_PLAUSIBLE_PERCENT, MAX_PLAUSIBLE_W, parse_caps
 from pytest_gpuenergy.sim.faults import parse_faults
 
 H100 = PowerLimits(700_000, 700_000, 700_000, 200_000, 700_000)

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from conftest import declare, spin
 from pytest_gpuenergy.errors import MeasurementError
-from pytest_gpuenergy.gpu.capping import PowerCapper, parse_cap
+from pytest_gpuenergy.gpu.capping import PowerCapper
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import journal_for
+from pytest_gpuenergy.gpu.specs import parse_cap
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.energy_meter import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.meter.integrate import Publication, Read, counter_energy, publications, sampled_energy

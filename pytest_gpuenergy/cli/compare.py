@@ -20,9 +20,10 @@ from ..fileio import atomic_write_text
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..reports.digest import skipped_caps
 from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
+from ..runs import DEFAULT_STORAGE, LATEST
 from ..runs.records import RunDocument, commit_text, model_text
 from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
-from ..runs.store import DEFAULT_STORAGE, LATEST, RunStore, project_storage
+from ..runs.store import RunStore, project_storage
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -11,8 +11,9 @@ from ..errors import GpuEnergyError
 from ..fleet.cli import add_fleet_command
 from ..gpu.clock_journal import journals_for
 from ..gpu.clocks_info import clock_fields, clock_line
-from ..gpu.device import BACKEND_CHOICES, Backend, default_backend, open_backend
+from ..gpu.device import Backend, open_backend
 from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
+from ..gpu.specs import BACKEND_CHOICES, default_backend
 from .compare import add_compare_commands
 from .tune import add_tune_command, split_pytest_args
 

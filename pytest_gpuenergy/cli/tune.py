@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
-from ..gpu.device import BACKEND_CHOICES, default_backend, open_backend
+from ..gpu.device import open_backend
+from ..gpu.specs import BACKEND_CHOICES, default_backend
 from ..tune.runner import (
     DEFAULT_MAX_SETTINGS,
     DEFAULT_STEP_W,

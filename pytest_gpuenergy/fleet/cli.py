@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import GpuEnergyError
-from ..runs.store import LATEST, RunStore
+from ..runs import LATEST
+from ..runs.store import RunStore
 from ..sim.state import MODELS_ENV
 from .plan import (
     EXIT_BAD_INPUT,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..runs.store import DEFAULT_STORAGE, LATEST
+from ..runs import DEFAULT_STORAGE, LATEST
 from ..sim.models import parse_model_list
 
 ACCELERATOR_PREFIX = "accelerator_type:"

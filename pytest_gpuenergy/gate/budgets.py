@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BudgetError, CapSyntaxError
-from ..gpu.capping import CapSpec, cap_text, parse_cap
 from ..gpu.device import PowerLimits
+from ..gpu.specs import CapSpec, cap_text, parse_cap
 from ..metrics import EDP, ETS, TIME
 from ..runs.validation import bounded_number, shown
 

@@ -7,7 +7,6 @@ nothing half: every file goes through ``fileio``'s atomic writes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,30 +15,12 @@ from typing import Any
 from ..errors import StorageError
 from ..fileio import atomic_write_text
 from ..meter.results import EnergyResult
+from ..runs import LATEST
 from ..runs.records import RunDocument
-from ..runs.store import LATEST, RunStore, build_documents
+from ..runs.store import RunStore, build_documents
 from .compare import baseline_comparison
 from .records import Comparison
-from .settings import DEFAULT_CONFIDENCE
-
-STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    storage: Path
-    save: bool = False
-    compare: str | None = None                  # None: no comparison; "latest" or a run id/path
-    thresholds: dict[str, float] = field(default_factory=dict)
-    confidence: float = DEFAULT_CONFIDENCE
-    markdown: Path | None = None
-    html: Path | None = None
-    json: Path | None = None
-    step_summary: Path | None = None            # $GITHUB_STEP_SUMMARY: Markdown is appended there
-
-    @property
-    def active(self) -> bool:
-        return bool(self.save or self.compare or self.markdown or self.html or self.json or self.step_summary)
+from .settings import STEP_SUMMARY_ENV, GateOptions
 
 
 @dataclass
@@ -154,8 +135,3 @@ def write_reports(lines: list[str], errors: list[str], targets: Iterable[tuple[P
                 handle.write(summary() + "\n")
         except OSError as exc:
             errors.append(f"cannot append to ${STEP_SUMMARY_ENV} ({step_summary}): {exc}")
-
-
-def step_summary_path() -> Path | None:
-    value = os.environ.get(STEP_SUMMARY_ENV)
-    return Path(value) if value else None

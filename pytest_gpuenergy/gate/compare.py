@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..metrics import METRIC_FIELDS, METRICS
+from ..runs import LATEST
 from ..runs.records import CaseEntry, RunDocument
 from ..runs.shards import case_baseline
-from ..runs.store import LATEST, RunStore
+from ..runs.store import RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, check_confidence, check_thresholds

@@ -1,16 +1,21 @@
-"""The gate's settings as a user types them: thresholds (``--energy-fail=ets:5%``) and the confidence
-level, each validated in one place for the pytest options, the CLI and the API."""
+"""The gate's settings as a user types them: thresholds (``--energy-fail=ets:5%``), the confidence
+level, and where runs and reports go (``GateOptions``), each validated in one place for the pytest
+options, the CLI and the API. Read at every pytest start: nothing here loads the comparison."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import SettingError
 from ..metrics import METRICS
 
 DEFAULT_CONFIDENCE = 0.99
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 _THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
 
@@ -65,3 +70,25 @@ def check_thresholds(thresholds: Mapping[str, float] | None) -> dict[str, float]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise ValueError(f"thresholds: {metric}={value!r} must be a percentage >= 0")
     return result
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    storage: Path
+    save: bool = False
+    compare: str | None = None                  # None: no comparison; "latest" or a run id/path
+    thresholds: dict[str, float] = field(default_factory=dict)
+    confidence: float = DEFAULT_CONFIDENCE
+    markdown: Path | None = None
+    html: Path | None = None
+    json: Path | None = None
+    step_summary: Path | None = None            # $GITHUB_STEP_SUMMARY: Markdown is appended there
+
+    @property
+    def active(self) -> bool:
+        return bool(self.save or self.compare or self.markdown or self.html or self.json or self.step_summary)
+
+
+def step_summary_path() -> Path | None:
+    value = os.environ.get(STEP_SUMMARY_ENV)
+    return Path(value) if value else None

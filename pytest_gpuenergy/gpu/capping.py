@@ -1,4 +1,4 @@
-"""Power caps: what users type (``--gpu-caps=150,60%,min``), and applying one so it always comes back.
+"""Power caps: applying one (as typed, ``specs.CapSpec``) so that it always comes back.
 
 A cap is resolved per GPU (60 % of an H100's 700 W default is 420 W, of a V100's 300 W is
 180 W). Applying it follows one order, so that a crash at any point can be repaired:
@@ -17,9 +17,7 @@ A cap is resolved per GPU (60 % of an H100's 700 W default is 420 W, of a V100's
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -32,100 +30,14 @@ import pynvml
 from ..errors import (
     CapOutOfRange,
     CapPermissionError,
-    CapSyntaxError,
     LimitChangeError,
     LimitRestoreError,
 )
-from ..runs.validation import shown
 from .device import RETRY_ATTEMPTS, Gpu, PowerLimits, retry_transient
 from .journal import Journal, JournalEntry
 from .locks import holding, lock_paths
 from .signals import signals_held
-
-MAX_PLAUSIBLE_W = 5000.0        # no GPU's limit is near this; a larger value is a typo
-MAX_PLAUSIBLE_PERCENT = 200.0
-_NAMED = ("min", "max", "default")
-
-
-@dataclass(frozen=True)
-class CapSpec:
-    """One cap as typed: watts, a percentage of the default limit, or min/max/default."""
-
-    kind: str               # "watts", "percent", "min", "max", "default"
-    value: float | None = None
-
-    @property
-    def label(self) -> str:
-        if self.kind == "watts":
-            return f"{self.value:g}W"
-        if self.kind == "percent":
-            return f"{self.value:g}%"
-        return self.kind
-
-    def resolve_mw(self, limits: PowerLimits) -> int:
-        if self.kind in ("watts", "percent"):
-            value = self.value
-            assert value is not None    # both kinds carry their number
-            return int(round(value * 1000 if self.kind == "watts" else limits.default_mw * value / 100.0))
-        return {"min": limits.min_mw, "max": limits.max_mw, "default": limits.default_mw}[self.kind]
-
-    @property
-    def _identity(self) -> tuple[str, float | None]:
-        return ("default", None) if self.kind == "percent" and self.value == 100 else (self.kind, self.value)
-
-
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-
-
-def parse_cap(text: str, *, source: str = "--gpu-caps") -> CapSpec:
-    item = str(text).strip()
-    hint = "write watts (150), a percentage of the default limit (60%), or min, max, default"
-    if not item:
-        raise CapSyntaxError(f"{source}: empty cap; {hint}")
-    if item.lower() in _NAMED:
-        return CapSpec(item.lower())
-    percent = item.endswith("%")
-    number = item[:-1] if percent else (item[:-1] if item[-1:] in ("W", "w") else item)
-    if not _NUMBER.match(number.strip()):
-        raise CapSyntaxError(f"{source}: {item!r} is not a cap; {hint}")
-    value = float(number)
-    if not math.isfinite(value) or value < 1:
-        raise CapSyntaxError(f"{source}: {item!r} is not a cap: it must be at least 1 (W or %); {hint}")
-    if percent and value > MAX_PLAUSIBLE_PERCENT:
-        raise CapSyntaxError(
-            f"{source}: {item!r} is more than {MAX_PLAUSIBLE_PERCENT:g}% of the default limit; {hint}"
-        )
-    if not percent and value > MAX_PLAUSIBLE_W:
-        raise CapSyntaxError(
-            f"{source}: {item!r} W is not a plausible GPU power limit (above {MAX_PLAUSIBLE_W:g} W); {hint}"
-        )
-    return CapSpec("percent" if percent else "watts", value)
-
-
-def parse_caps(text: str | Sequence[object], *, source: str = "--gpu-caps") -> list[CapSpec]:
-    """Parse a comma-separated list (or a sequence), merging duplicates and keeping the order."""
-    items = str(text).split(",") if isinstance(text, str) else list(text)
-    if isinstance(text, str) and not text.strip():
-        raise CapSyntaxError(f"{source}: no cap given; write e.g. {source}=150,200,250 or 60%,80%,100%")
-    caps: list[CapSpec] = []
-    seen: set[tuple[str, float | None]] = set()
-    for item in items:
-        cap = parse_cap(cap_text(item, source), source=source)
-        if cap._identity not in seen:
-            seen.add(cap._identity)
-            caps.append(cap)
-    return caps
-
-
-def cap_text(item: object, source: str) -> str:
-    """A cap given as a value (a marker's argument) as text, refusing what is no cap before printing it."""
-    hint = "write watts (150), 60%, or min, max, default"
-    if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-        raise CapSyntaxError(f"{source}: {shown(item)} is not a cap; {hint}")
-    if isinstance(item, int) and not -10**9 < item < 10**9:   # str() of 10**5000 raises
-        raise CapSyntaxError(f"{source}: {shown(item)} is not a plausible GPU power limit; {hint}")
-    return str(item)
-
+from .specs import CapSpec
 
 # -- applying a cap --------------------------------------------------------------------------
 

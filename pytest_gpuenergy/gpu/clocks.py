@@ -1,5 +1,5 @@
-"""SM clock caps, the second knob: what users type (``--gpu-clocks=1200,50%,max``) and locking one
-so that it always comes back.
+"""SM clock caps, the second knob: locking one (as typed, ``specs.ClockSpec``) so that it always
+comes back.
 
 Both seeds capped frequency as well as power (the Fathom study on the P100; Tang et al.: the best
 core frequency saves 8.7-23.1 % of training energy), and Zeus locks SM clocks for the same reason.
@@ -14,15 +14,10 @@ any point can be repaired:
 3. lock the clock, and read it back where the library can (the simulator; NVML cannot read a lock);
 4. on restore: reset the lock (``nvmlDeviceResetGpuLockedClocks``), or put back the previous lock
    where an earlier run's entry recorded one, with signals held, then clear the entry.
-
-Labels never look like a power cap's: ``1200MHz``, ``clk50%`` (of the maximum SM clock), ``clkmax``,
-so ``[60%-clk50%]`` reads as 60 % of the power limit and half the clock.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -31,87 +26,13 @@ from pathlib import Path
 
 import pynvml
 
-from ..errors import CapOutOfRange, CapPermissionError, CapSyntaxError, LimitChangeError, LimitRestoreError
-from ..runs.validation import shown
+from ..errors import CapOutOfRange, CapPermissionError, LimitChangeError, LimitRestoreError
 from .capping import restore_after_failure
 from .clock_journal import ClockJournal, ClockJournalEntry, lock_text, put_lock, read_lock
 from .device import RETRY_ATTEMPTS, Gpu, retry_transient
 from .locks import holding, lock_paths
 from .signals import signals_held
-
-MAX_PLAUSIBLE_MHZ = 10_000.0       # no GPU clocks near this; a larger value is a typo
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_HINT = "write MHz (1200), a percentage of the GPU's maximum SM clock (50%), or max"
-
-
-@dataclass(frozen=True)
-class ClockSpec:
-    """One clock cap as typed: MHz, a percentage of the maximum SM clock, or ``max``."""
-
-    kind: str                  # "mhz", "percent", "max"
-    value: float | None = None
-
-    @property
-    def label(self) -> str:
-        if self.kind == "mhz":
-            return f"{self.value:g}MHz"
-        if self.kind == "percent":
-            return f"clk{self.value:g}%"
-        return "clkmax"
-
-    def resolve_mhz(self, max_mhz: int) -> float:
-        if self.kind == "mhz":
-            return float(self.value or 0.0)
-        if self.kind == "percent":
-            return max_mhz * float(self.value or 0.0) / 100.0
-        return float(max_mhz)
-
-    @property
-    def _identity(self) -> tuple[str, float | None]:
-        return ("max", None) if self.kind == "percent" and self.value == 100 else (self.kind, self.value)
-
-
-def parse_clock(text: object, *, source: str = "--gpu-clocks") -> ClockSpec:
-    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise CapSyntaxError(f"{source}: {shown(text)} is not a clock cap; {_HINT}")
-    if isinstance(text, int) and not -10**9 < text < 10**9:
-        raise CapSyntaxError(f"{source}: {shown(text)} is not a plausible SM clock; {_HINT}")
-    item = str(text).strip()
-    if not item:
-        raise CapSyntaxError(f"{source}: empty clock cap; {_HINT}")
-    lowered = item.lower()
-    if lowered in ("max", "clkmax"):
-        return ClockSpec("max")
-    percent = lowered.endswith("%")
-    number = lowered[:-1] if percent else (lowered[:-3] if lowered.endswith("mhz") else lowered)
-    if percent and number.startswith("clk"):
-        number = number[3:]
-    if not _NUMBER.match(number.strip()):
-        raise CapSyntaxError(f"{source}: {item!r} is not a clock cap; {_HINT}")
-    value = float(number)
-    if not math.isfinite(value) or value < 1:
-        raise CapSyntaxError(f"{source}: {item!r} is not a clock cap: it must be at least 1 (MHz or %); {_HINT}")
-    if percent and value > 100:
-        raise CapSyntaxError(f"{source}: {item!r} is above 100% of the maximum SM clock; {_HINT}")
-    if not percent and value > MAX_PLAUSIBLE_MHZ:
-        raise CapSyntaxError(f"{source}: {item!r} MHz is not a plausible SM clock (above {MAX_PLAUSIBLE_MHZ:g} MHz); {_HINT}")
-    return ClockSpec("percent" if percent else "mhz", value)
-
-
-def parse_clocks(text: str | Sequence[object], *, source: str = "--gpu-clocks") -> list[ClockSpec]:
-    """Parse a comma-separated list (or a sequence), merging duplicates and keeping the order."""
-    if isinstance(text, str) and not text.strip():
-        raise CapSyntaxError(f"{source}: no clock cap given; write e.g. {source}=1200,1600 or 50%,100%")
-    items = text.split(",") if isinstance(text, str) else list(text)
-    found: list[ClockSpec] = []
-    seen: set[tuple[str, float | None]] = set()
-    for item in items:
-        spec = parse_clock(item, source=source)
-        if spec._identity not in seen:
-            seen.add(spec._identity)
-            found.append(spec)
-    return found
-
+from .specs import ClockSpec
 
 # -- a GPU's SM clocks -----------------------------------------------------------------------
 

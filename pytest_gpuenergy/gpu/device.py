@@ -19,8 +19,8 @@ import pynvml
 
 from ..errors import BackendUnavailable, GpuLostError, GpuSelectionError
 from ..fileio import user_state_dir
+from .specs import BACKEND_CHOICES
 
-BACKEND_CHOICES = ("auto", "nvml", "sim")
 RETRY_ATTEMPTS = 4
 RETRY_BACKOFF_S = 0.2
 # The simulator's faults come and go with the number of calls, not with time: there is no busy
@@ -324,18 +324,6 @@ def _match_gpu(gpus: Sequence[Gpu], item: str) -> Gpu | None:
         matches = [g for g in gpus if g.uuid.startswith(item)]
         return matches[0] if len(matches) == 1 else None
     return None
-
-
-def default_backend() -> str:
-    """``$GPUENERGY_BACKEND`` or ``auto``: the backend when neither the command line nor the ini names one.
-
-    A machine's owner can pin it once (``sim`` on a shared GPU box where no test may touch the
-    real GPUs; the plugin's own test suite does exactly that). A bad value is an error naming it.
-    """
-    kind = os.environ.get("GPUENERGY_BACKEND", "").strip() or "auto"
-    if kind not in BACKEND_CHOICES:
-        raise BackendUnavailable(f"GPUENERGY_BACKEND={kind!r}: choose from {', '.join(BACKEND_CHOICES)}, or unset it")
-    return kind
 
 
 def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_seed: int | None = None) -> Backend:

@@ -26,10 +26,12 @@ import re
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuSelectionError
-from .device import Gpu, visible_gpus
+
+if TYPE_CHECKING:
+    from .device import Gpu  # (not at run time: the plugin reads a placement at every pytest start)
 
 ALL = "all"
 _WORKER_ID = re.compile(r"gw(\d+)")
@@ -156,6 +158,8 @@ def pin_current_device(held: Sequence[Gpu], all_gpus: Sequence[Gpu]) -> int | No
     torch = sys.modules.get("torch")
     if torch is None or not held or not _cuda_initialised():
         return None
+    from .device import visible_gpus
+
     order = visible_gpus(all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if held[0] not in order:
         return None

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .energy_meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+    from .defaults import DEFAULT_MIN_TIME_S
+    from .energy_meter import CapContext, EnergyMeter
     from .recorder import COUNTER, SAMPLING
 
 __all__ = ["COUNTER", "DEFAULT_MIN_TIME_S", "SAMPLING", "CapContext", "EnergyMeter"]
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "DEFAULT_MIN_TIME_S": ".energy_meter", "CapContext": ".energy_meter", "EnergyMeter": ".energy_meter",
+    "DEFAULT_MIN_TIME_S": ".defaults", "CapContext": ".energy_meter", "EnergyMeter": ".energy_meter",
     "COUNTER": ".recorder", "SAMPLING": ".recorder",
 })

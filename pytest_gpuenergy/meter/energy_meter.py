@@ -23,6 +23,7 @@ import pynvml
 
 from ..errors import MeasurementError
 from ..gpu.device import Backend, Gpu
+from .defaults import DEFAULT_MIN_TIME_S
 from .integrate import (
     CEILING_FACTOR,
     NotYet,
@@ -36,7 +37,6 @@ from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .results import EnergyResult, GpuResult, Repetition
 
-DEFAULT_MIN_TIME_S = 0.5
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
 _WAIT_PERIODS = 6                # how many publication periods to wait for the ones after a region

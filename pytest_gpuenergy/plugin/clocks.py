@@ -8,14 +8,17 @@ with ``knobs.parametrize(..., CLOCK_KNOB, ...)``: a test that uses both ``gpu_po
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from ..gpu.clocks import ClockCap, parse_clocks
+from ..gpu.specs import parse_clocks
+from .fixtures import test_session
 from .knobs import Knob, held_setting
 
-MARKER = ("gpu_clocks(*clocks): run this test at these SM clock caps (MHz, '50%' of the maximum SM clock, "
-          "'max') instead of --gpu-clocks")
+if TYPE_CHECKING:
+    from ..gpu.clocks import ClockCap
+
 CLOCK_KNOB = Knob("gpu_clock_cap", "gpu_clocks", "--gpu-clocks", parse_clocks, "clock cap", "1200, '50%'",
                   "energy.skipped_clock")
 
@@ -27,8 +30,6 @@ def gpu_clock_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
     Without ``--gpu-clocks`` (or a ``gpu_clocks`` marker) nothing is changed and the value
     describes the GPUs' clocks as they are (``label == "current"``).
     """
-    from .hooks import SESSION_KEY  # the plugin imports this module: import it back lazily
-
-    session = request.config.stash[SESSION_KEY]
+    session = test_session(request)
     yield from held_setting(request, session, session.clock_capper(), CLOCK_KNOB,
                             lambda clock: setattr(session, "active_clock", clock))

@@ -1,11 +1,13 @@
 """The pytest glue: options, markers, fixtures and hooks. The logic lives in plain classes.
 
 Registered through the ``pytest11`` entry point, so installing the package enables it in every
-project on the machine, most of which never ask it for anything. So it is quiet where unused: the
-GPUs (or the simulator's state) are opened only when the session asks for them (a GPU option, a run
-to save or compare) or a test takes one of its fixtures; no signal handler is installed until a
-GPU is held at a changed setting; nothing it says is a warning that ``filterwarnings = error`` could
-turn into a failure: notices are lines at the end of the session.
+project on the machine, most of which never ask it for anything. So it is quiet where unused: its
+import and ``pytest_configure`` parse the options and load nothing that talks to a GPU; the GPUs (or
+the simulator's state) are opened only when the session asks for them (a GPU option, a run to save
+or compare), a test takes one of its fixtures, or a journal entry says a run died with a GPU changed
+(``state.PluginState.start``); no signal handler is installed until a GPU is held at a changed
+setting; nothing it says is a warning that ``filterwarnings = error`` could turn into a failure:
+notices are lines at the end of the session.
 """
 
 from __future__ import annotations
@@ -14,40 +16,33 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Generator, Iterator, Sequence
-from typing import Any
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import BudgetError, GpuEnergyError
-from ..gate.budgets import Budget
-from ..gate.ci import EnergyGate, GateOutcome
 from ..gpu import signals
-from ..gpu.capping import PowerCap, parse_caps
-from ..gpu.journal import may_need_repair
 from ..gpu.placement import Placement
-from ..meter import EnergyMeter
-from ..runs.records import PASSED
-from ..sim.nvml import session_seed
+from ..runs import PASSED
+from ..sim.seed import session_seed
 from . import knobs
 from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
-from .knobs import Knob, held_setting, uses_plugin_fixture
-from .markers import MARKERS, budgets_of, energy_settings
+from .fixtures import POWER_KNOB, SETTINGS_KEY, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
+from .knobs import uses_plugin_fixture
+from .markers import MARKERS, NOTHING_MEASURED, budgets_of, energy_settings
 from .options import asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
-from .session import EnergySession
+from .state import STATE_KEY, PluginState, session_of, state_of
 
-SESSION_KEY = pytest.StashKey[EnergySession]()
-_BUDGETS_KEY = pytest.StashKey[Sequence[Budget]]()
-_SETTINGS_KEY = pytest.StashKey[dict]()
-_GATE_KEY = pytest.StashKey[EnergyGate]()
-_OUTCOME_KEY = pytest.StashKey[GateOutcome]()
+if TYPE_CHECKING:
+    from .session import EnergySession
+
+_BUDGETS_KEY = pytest.StashKey[list]()          # the test's energy_budget markers, parsed
+_OUTCOME_KEY = pytest.StashKey[Any]()           # the gate's outcome (gate.ci.GateOutcome)
 _SKIPPED_KEY = pytest.StashKey[list]()
 _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while generating tests
-_LATE_START_KEY = pytest.StashKey[bool]()        # the GPUs were opened after collection, not at configure
 _WORKER_OUTPUT = "gpuenergy_cases"
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
-
-POWER_KNOB = Knob("gpu_power_cap", "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
 _KNOBS = (POWER_KNOB, CLOCK_KNOB)
 _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
@@ -64,7 +59,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if not xml_path:
         return
     try:
-        placement = Placement.from_environment(worker_id=getattr(config, "workerinput", {}).get("workerid"))
+        placement = Placement.from_environment(worker_id=_worker_id(config))
     except GpuEnergyError:
         return                      # a usage error at configure names the bad variable
     if placement.kind == "torchrun" and placement.rank:
@@ -92,16 +87,18 @@ def pytest_configure(config: pytest.Config) -> None:
         if asked:
             raise pytest.UsageError(str(exc)) from None
         placement, problem = Placement.from_environment(env={}), str(exc)   # only the plugin's users hear of it
-    session = EnergySession(options, placement, sim_seed=_simulator_seed(config))
-    session.unavailable = problem
-    config.stash[SESSION_KEY] = session
+    state = PluginState(options, gate_options, placement, _simulator_seed(config), asked,
+                        worker=hasattr(config, "workerinput"), unavailable=problem)
+    config.stash[STATE_KEY] = state
     if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
-        config.stash[_GATE_KEY] = EnergyGate(gate_options)
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
     if asked:
-        _start(config, usage_errors=True)
-    elif may_need_repair(options.backend):      # a run died with a GPU changed: put it back now
-        _start(config, usage_errors=False)
+        state.start(usage_errors=True)
+    elif not state.worker:
+        from ..gpu.journal import may_need_repair
+
+        if may_need_repair(options.backend):      # a run died with a GPU changed: put it back now
+            state.start(usage_errors=False)
     signals.announce_with(_terminal_writer(config))
 
 
@@ -124,30 +121,9 @@ def _simulator_seed(config: pytest.Config) -> int:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist: a worker starts; it gets the session's simulator seed."""
-    session = node.config.stash.get(SESSION_KEY, None)
-    if session is not None and session.sim_seed is not None:
-        node.workerinput[_WORKER_SEED] = session.sim_seed
-
-
-def _start(config: pytest.Config, *, usage_errors: bool) -> None:
-    """Open the GPUs now. Asked for by the session itself, a problem is a usage error; opened for a
-    test's fixture, it fails the tests that use the fixtures (``session.unavailable``)."""
-    session = config.stash[SESSION_KEY]
-    if session.started or session.unavailable is not None:
-        return
-    try:
-        session.start(repair=not hasattr(config, "workerinput"))
-    except GpuEnergyError as exc:
-        if usage_errors:
-            raise pytest.UsageError(str(exc)) from None
-        session.unavailable = str(exc)
-        return
-    gate = config.stash.get(_GATE_KEY, None)
-    if gate is not None and session.backend is not None:
-        try:
-            gate.check_baselines(session.backend.name, sorted({g.name for g in session.gpus}))
-        except GpuEnergyError as exc:
-            raise pytest.UsageError(f"--energy-compare: {exc}") from None
+    state = state_of(node.config)
+    if state is not None:
+        node.workerinput[_WORKER_SEED] = state.sim_seed
 
 
 def _terminal_writer(config: pytest.Config) -> Any:
@@ -171,14 +147,15 @@ def pytest_keyboard_interrupt(excinfo: Any) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     signals.unguard_termination()
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.started:
+    session = session_of(config)
+    state = state_of(config)
+    if session is None or state is None:
         signals.set_stopping(False)
         signals.announce_with(None)
         return
     signals.set_stopping(True)      # the session ends anyway: a signal during these last restores waits for them
     try:
-        problems = session.finish(repair=not hasattr(config, "workerinput"))
+        problems = session.finish(repair=not state.worker)
     finally:
         signals.set_stopping(False)
         signals.announce_with(None)
@@ -198,11 +175,13 @@ def _say(reporter: Any, message: str, **markup: bool) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None:
+    state = state_of(config)
+    if state is None:
         return []
-    if session.started or session.unavailable:
-        return session.header_lines()
+    if state.session is not None:
+        return state.session.header_lines()
+    if state.unavailable:
+        return [f"gpuenergy: unavailable: {state.unavailable}"]
     return ["gpuenergy: standing by: GPUs are opened when a test uses energy_meter, gpu_power_cap or gpu_clock_cap"]
 
 
@@ -213,11 +192,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> Iterator[None]:
     """After every other parametrisation (``@pytest.mark.parametrize``, pytest-repeat's count), so the
     cap comes last in ids: ``test_x[resnet-60%]``."""
     result = yield
-    session = metafunc.config.stash[SESSION_KEY]
-    for knob, values in ((POWER_KNOB, session.options.caps), (CLOCK_KNOB, session.options.clocks)):
-        problem = knobs.parametrize(metafunc, knob, values)
-        if problem is not None:
-            metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
+    state = state_of(metafunc.config)
+    if state is not None:
+        for knob, values in ((POWER_KNOB, state.options.caps), (CLOCK_KNOB, state.options.clocks)):
+            problem = knobs.parametrize(metafunc, knob, values)
+            if problem is not None:
+                metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
     return result
 
 
@@ -225,13 +205,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Validate every marker now, so a typo fails the run before any GPU is touched."""
     for problem in config.stash.get(_MARKER_ERRORS_KEY, [])[:1]:
         raise pytest.UsageError(problem)
-    session = config.stash[SESSION_KEY]
-    for knob, values in ((POWER_KNOB, session.options.caps), (CLOCK_KNOB, session.options.clocks)):
+    state = state_of(config)
+    if state is None:
+        return
+    for knob, values in ((POWER_KNOB, state.options.caps), (CLOCK_KNOB, state.options.clocks)):
         knobs.keep_own_settings(items, knob, values)
     for item in items:
         try:
             item.stash[_BUDGETS_KEY] = budgets_of(item)
-            item.stash[_SETTINGS_KEY] = energy_settings(item)
+            item.stash[SETTINGS_KEY] = energy_settings(item)
         except (BudgetError, ValueError) as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
 
@@ -240,73 +222,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Tests that use the plugin's fixtures were collected: open the GPUs now, before the first of them
     runs, so that what the header would have said is said after the collection instead."""
-    config = session.config
-    energy = config.stash[SESSION_KEY]
-    if energy.started or energy.unavailable is not None or config.option.collectonly:
+    state = state_of(session.config)
+    if state is None or state.session is not None or state.unavailable is not None or session.config.option.collectonly:
         return
     if any(uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
-        _start(config, usage_errors=False)
-        config.stash[_LATE_START_KEY] = True
+        state.start(usage_errors=False)
+        state.late = True
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None or not config.stash.get(_LATE_START_KEY, False):
+    state = state_of(config)
+    if state is None or not state.late:
         return []
-    return session.header_lines()
-
-
-# -- fixtures --------------------------------------------------------------------------------------
-
-@pytest.fixture
-def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Holds the test's GPUs for the whole test: one, or ``energy(gpus=N)`` (see ``EnergySession.lease``)."""
-    session = request.config.stash[SESSION_KEY]
-    session.ensure_started(repair=not hasattr(request.config, "workerinput"))   # a fixture asked for by name at run time
-    wanted = request.node.stash.get(_SETTINGS_KEY, {}).get("gpus", 1)
-    if session.backend is not None and wanted != "all" and wanted > len(session.gpus):
-        pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
-    lease = session.lease(wanted, request.node.nodeid)
-    problem = None
-    try:
-        lease.__enter__()
-    except GpuEnergyError as exc:
-        problem = str(exc)
-    if problem is not None:      # failed outside the handler: one line, not a chained traceback
-        pytest.fail(problem, pytrace=False)
-    try:
-        yield
-    finally:
-        lease.__exit__(None, None, None)
-
-
-@pytest.fixture
-def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Iterator[PowerCap]:
-    """Applies this case's power cap to the selected GPUs and restores the previous limit after.
-
-    Without ``--gpu-caps`` (or a ``gpu_caps`` marker) nothing is changed and the value describes
-    the current limit.
-    """
-    session = request.config.stash[SESSION_KEY]
-    yield from held_setting(request, session, session.capper(), POWER_KNOB,
-                            lambda cap: setattr(session, "active_cap", cap))
-
-
-@pytest.fixture
-def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> EnergyMeter:
-    """Measures ETS, T and EDP of a block (``with energy_meter:``) or of ``measure(fn)``."""
-    session = request.config.stash[SESSION_KEY]
-    settings = request.node.stash.get(_SETTINGS_KEY, {})
-    try:
-        return session.meter(
-            request.node.nodeid,
-            compute_bound=settings.get("compute_bound"),
-            min_time_s=settings.get("min_time"),
-            work=settings.get("work"),
-        )
-    except GpuEnergyError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
+    if state.session is not None:
+        return state.session.header_lines()
+    return [f"gpuenergy: unavailable: {state.unavailable}"]
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -314,19 +244,23 @@ def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ener
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Each attempt at a test starts with nothing measured (pytest-rerunfailures runs it again)."""
-    item.config.stash[SESSION_KEY].begin_attempt(item.nodeid)
+    session = session_of(item.config)
+    if session is not None:
+        session.begin_attempt(item.nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """With repetitions, call a measuring test several times (fixtures are set up once)."""
-    session = item.config.stash[SESSION_KEY]
+    session = session_of(item.config)
+    if session is None:
+        return (yield)
     measures = uses_plugin_fixture(item, "energy_meter")
     session.begin_call(item.nodeid)
     with _each_example_a_call(item, session) if measures else contextlib.nullcontext():
         result = yield
         if measures:
-            repeat = item.stash.get(_SETTINGS_KEY, {}).get("repeat") or session.options.repeat
+            repeat = item.stash.get(SETTINGS_KEY, {}).get("repeat") or session.options.repeat
             for _ in range(repeat - 1):
                 session.begin_call(item.nodeid)
                 item.runtest()
@@ -367,12 +301,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     """A passed test that misses its energy budget fails, with one line per miss; every case records
     how its test's own code ended (failed and xfailed tests' figures are no baseline)."""
     report = yield
-    session = item.config.stash[SESSION_KEY]
+    session = session_of(item.config)
+    budgets: list = item.stash.get(_BUDGETS_KEY, [])
+    if session is None:
+        if report.when == "call" and report.passed and budgets:
+            report.outcome = "failed"
+            report.longrepr = NOTHING_MEASURED
+        return report
     if report.when == "call":
         # The outcome of the test's own code: a budget miss is a valid figure that the gate must see.
         session.set_outcome(item.nodeid, _outcome_of(report))
         if report.passed:
-            failures = session.budget_failures(item.nodeid, item.stash.get(_BUDGETS_KEY, ()))
+            failures = session.budget_failures(item.nodeid, budgets)
             if failures:
                 report.outcome = "failed"
                 report.longrepr = "\n".join(failures)
@@ -393,22 +333,18 @@ def _outcome_of(report: pytest.TestReport) -> str:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    energy = config.stash.get(SESSION_KEY, None)
-    if energy is None:
+    state = state_of(config)
+    if state is None:
         return
-    if hasattr(config, "workerinput"):
-        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases()  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
+    energy = state.session
+    if state.worker:
+        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"  # type: ignore[attr-defined]
         return
-    gate = config.stash.get(_GATE_KEY, None)
-    if gate is None:                     # torchrun: every rank holds the total; rank 0 saves it
-        return
-    if energy.cases:
-        energy.ensure_started()          # a pytest-xdist controller whose workers measured
-    if energy.backend is None:
+    if not state.reports or energy is None:    # torchrun: every rank holds the total; rank 0 saves it
         return
     from ..runs.provenance import collect_commit_info, collect_machine_info  # (only a session that measured needs them)
 
-    outcome = gate.finish(
+    outcome = state.gate().finish(
         [(case_id, record.merged) for case_id, record in sorted(energy.cases.items())],
         machine=collect_machine_info(energy.backend, energy.gpus),
         commit=collect_commit_info(config.rootpath),
@@ -443,12 +379,14 @@ class _SkippedCaps:
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist: a worker finished; its measured cases join the controller's. A worker that died
     may have left a GPU capped: the controller opens the GPUs, which repairs it, now and at its end."""
-    session = node.config.stash[SESSION_KEY]
+    state = state_of(node.config)
+    if state is None:
+        return
     exported = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
-    if exported:
-        session.import_cases(exported)
-    if error:
-        session.ensure_started()
+    if (exported and exported != "[]") or error:
+        session = state.start(usage_errors=False)
+        if session is not None and exported:
+            session.import_cases(exported)
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
@@ -470,8 +408,9 @@ def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The comparison when there is one (it holds the results), else the results; both fit the width.
     Then what the user should know (repairs, notices), as lines rather than warnings."""
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.placement.reports:
+    state = state_of(config)
+    session = state.session if state is not None else None
+    if state is None or session is None or not state.reports:
         return
     from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, wrap  # only now
 

@@ -18,7 +18,7 @@ import pytest
 from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
 from ..gpu import signals
 
-_PLUGIN_MODULES = ("pytest_gpuenergy.plugin.hooks", "pytest_gpuenergy.plugin.clocks")
+_PLUGIN_MODULES = ("pytest_gpuenergy.plugin.fixtures", "pytest_gpuenergy.plugin.clocks")
 _PARAMETER_SET = type(pytest.param(None))          # what pytest.param() returns
 
 

@@ -6,21 +6,23 @@ problem is a ``ValueError`` whose message the glue turns into a one-line usage e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..gate.budgets import Budget, budget_from_marker
 from ..gpu.placement import check_wanted
 from ..runs.validation import bounded_number, shown
 from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
-from .clocks import MARKER as CLOCKS_MARKER
+
+if TYPE_CHECKING:
+    from ..gate.budgets import Budget
 
 MAX_REPEAT = 10_000            # as --energy-repeat
 MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
 
 MARKERS = (
-    CLOCKS_MARKER,
+    "gpu_clocks(*clocks): run this test at these SM clock caps (MHz, '50%' of the maximum SM clock, "
+    "'max') instead of --gpu-clocks",
     "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
     "instead of --gpu-caps",
     "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None): fail the test when its measured "
@@ -30,11 +32,18 @@ MARKERS = (
     "GPUs it runs on (a number or 'all')",
 )
 _ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
+NOTHING_MEASURED = ("energy budget set but nothing was measured: use the energy_meter fixture "
+                    "(`with energy_meter:` or energy_meter.measure(fn))")
 
 
 def budgets_of(item: pytest.Item) -> list[Budget]:
     """The item's ``energy_budget`` markers, nearest first (``BudgetError`` names a bad one)."""
-    return [budget_from_marker(m.args, m.kwargs) for m in item.iter_markers("energy_budget")]
+    markers = list(item.iter_markers("energy_budget"))
+    if not markers:
+        return []
+    from ..gate.budgets import budget_from_marker  # only for a suite that has budgets
+
+    return [budget_from_marker(m.args, m.kwargs) for m in markers]
 
 
 def energy_settings(item: pytest.Item) -> dict:

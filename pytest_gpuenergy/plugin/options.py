@@ -17,19 +17,28 @@ from typing import Any
 
 import pytest
 
-from ..errors import CapSyntaxError, SettingError
-from ..gate.ci import GateOptions, step_summary_path
-from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..gpu.capping import parse_caps
-from ..gpu.clocks import parse_clocks
-from ..gpu.device import BACKEND_CHOICES, BackendUnavailable, default_backend
+from ..errors import BackendUnavailable, CapSyntaxError, SettingError
+from ..gate.settings import DEFAULT_CONFIDENCE, GateOptions, check_confidence, parse_thresholds, step_summary_path
 from ..gpu.locks import DEFAULT_TIMEOUT_S
-from ..meter import DEFAULT_MIN_TIME_S
-from ..runs.store import DEFAULT_STORAGE, LATEST
+from ..gpu.specs import BACKEND_CHOICES, CapSpec, ClockSpec, default_backend, parse_caps, parse_clocks
+from ..meter.defaults import DEFAULT_MIN_TIME_S
+from ..runs import DEFAULT_STORAGE, LATEST
 from .markers import MAX_MIN_TIME_S, MAX_REPEAT
-from .session import SessionOptions
 
 DEST_PREFIX = "gpuenergy_"
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The session's GPU settings, parsed: what ``EnergySession`` is started with."""
+
+    backend: str = "auto"
+    caps: tuple[CapSpec, ...] = ()
+    gpus: str | None = None
+    clocks: tuple[ClockSpec, ...] = ()
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    repeat: int = 1
+    lock_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)

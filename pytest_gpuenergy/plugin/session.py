@@ -2,8 +2,9 @@
 
 It opens the backend, picks the GPUs, repairs limits a dead run left changed, hands out cappers
 and meters, collects every result with its test's outcome, checks budgets, and at the end makes
-sure no GPU is left at a changed limit. It opens nothing until asked (``ensure_started``): a
-session whose tests use none of the plugin touches no GPU and no state file.
+sure no GPU is left at a changed limit. The pytest glue makes one only when the GPUs are needed
+(``state.PluginState.start``): a session whose tests use none of the plugin touches no GPU and no
+state file.
 """
 
 from __future__ import annotations
@@ -19,28 +20,20 @@ import pynvml
 
 from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, select_budget
-from ..gpu.capping import CapSpec, PowerCap, PowerCapper
+from ..gpu.capping import PowerCap, PowerCapper
 from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
-from ..gpu.clocks import ClockCap, ClockCapper, ClockSpec
+from ..gpu.clocks import ClockCap, ClockCapper
 from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
 from ..gpu.journal import Journal, journal_for
-from ..gpu.locks import DEFAULT_TIMEOUT_S, holding, lock_paths
+from ..gpu.locks import holding, lock_paths
 from ..gpu.placement import Placement, pin_current_device, pin_worker
-from ..meter import DEFAULT_MIN_TIME_S, CapContext, EnergyMeter
+from ..meter import CapContext, EnergyMeter
 from ..meter.distributed import current_group
 from ..meter.results import EnergyResult, GpuResult
-from ..runs.records import PASSED, CaseEntry, node_id_of, split_region
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    backend: str = "auto"
-    caps: tuple[CapSpec, ...] = ()
-    gpus: str | None = None
-    clocks: tuple[ClockSpec, ...] = ()
-    min_time_s: float = DEFAULT_MIN_TIME_S
-    repeat: int = 1
-    lock_timeout_s: float = DEFAULT_TIMEOUT_S
+from ..runs import PASSED
+from ..runs.records import CaseEntry, node_id_of, split_region
+from .markers import NOTHING_MEASURED
+from .options import SessionOptions
 
 
 @dataclass
@@ -81,7 +74,6 @@ class EnergySession:
         self.clock_journal: ClockJournal | None = None
         self.repairs: list[str] = []           # what the start of the session repaired
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
-        self.unavailable: str | None = None     # why the GPU side could not start, if it could not
         self.notices: list[str] = []           # for the end of the session: what the user should know
         self.coarse_regions: list[str] = []    # cases with a region too short for its bound to say much
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
@@ -91,16 +83,6 @@ class EnergySession:
     # -- lifetime ------------------------------------------------------------------------------
     @property
     def started(self) -> bool:
-        return self.backend is not None
-
-    def ensure_started(self, *, repair: bool = True) -> bool:
-        """Start now unless started already or known to be unavailable; whether the GPUs are open.
-        A failure is kept (``unavailable``) for every fixture to report, and not tried again."""
-        if self.backend is None and self.unavailable is None:
-            try:
-                self.start(repair=repair)
-            except GpuEnergyError as exc:
-                self.unavailable = str(exc)
         return self.backend is not None
 
     def start(self, *, repair: bool = True) -> None:
@@ -183,8 +165,6 @@ class EnergySession:
 
     # -- what the fixtures use -----------------------------------------------------------------
     def header_lines(self) -> list[str]:
-        if self.unavailable:
-            return [f"gpuenergy: unavailable: {self.unavailable}"]
         backend = self._require_backend()
         lines = [f"gpuenergy: backend {backend.name}: {backend.label}"]
         settings = backend.sim_settings()
@@ -380,10 +360,7 @@ class EnergySession:
             return []
         cases = self.cases_of(test_id)
         if not cases:
-            return [
-                "energy budget set but nothing was measured: use the energy_meter fixture "
-                "(`with energy_meter:` or energy_meter.measure(fn))"
-            ]
+            return [NOTHING_MEASURED]
         lines = []
         for case in cases:
             for gpu in case.merged.per_gpu:
@@ -418,5 +395,5 @@ class EnergySession:
 
     def _require_backend(self) -> Backend:
         if self.backend is None:
-            raise MeasurementError(self.unavailable or "the gpuenergy session has not started")
+            raise MeasurementError("the gpuenergy session has not started")
         return self.backend

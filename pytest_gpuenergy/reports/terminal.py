@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..gate.records import Comparison
 from ..meter.results import EnergyResult
-from ..runs.records import PASSED, CaseEntry, RunDocument
+from ..runs import PASSED
+from ..runs.records import CaseEntry, RunDocument
 from .digest import (
     CHANGE_COLUMNS,
     SIM_FOOTNOTE,

@@ -63,11 +63,10 @@ from pathlib import Path
 from typing import Any
 
 from ..meter.results import GpuResult, Repetition, Summary
+from . import PASSED
 
 FORMAT = "pytest-gpuenergy-run"
 VERSION = 3   # 3: cases carry their test's outcome; 2: repetitions carry the bound of their ETS; 1 and 2 are still read
-PASSED = "passed"
-OUTCOMES = (PASSED, "failed", "error", "skipped", "xfailed", "xpassed")   # as pytest reports a test
 
 _REGION_SUFFIX = re.compile(r"(.+)#(\d+)")
 

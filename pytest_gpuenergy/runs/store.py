@@ -16,11 +16,9 @@ from typing import Any
 from ..errors import StorageError
 from ..fileio import atomic_write_json
 from ..meter.results import EnergyResult
+from . import DEFAULT_STORAGE, LATEST, PASSED
 from .reader import load_document
-from .records import PASSED, CaseEntry, RunDocument, as_utc, require_json
-
-DEFAULT_STORAGE = ".energy"
-LATEST = "latest"
+from .records import CaseEntry, RunDocument, as_utc, require_json
 
 _MAX_SLUG = 80
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")

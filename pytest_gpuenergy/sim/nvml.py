@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import secrets
 import sys
 import threading
 import time
@@ -48,11 +47,11 @@ from .device import SimDevice
 from .dvfs import DEFAULT_COMPUTE_BOUND, WorkloadProfile
 from .faults import FaultPlan, parse_faults
 from .roofline import GpuWork
+from .seed import session_seed
 from .state import default_state_dir, load_machine
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"
-SEED_ENV = "GPUENERGY_SIM_SEED"
 #: How long one read of the energy counter takes, in ms (default 0). On a real H100 with driver
 #: 580 it took 2.4 ms (median; 16 ms p99; benchmarks/results/real_gpu.json), against microseconds
 #: here: set it to see the meter under real read costs. The wait releases the GIL, as ctypes does.
@@ -528,18 +527,6 @@ def supported_sm_clocks(spec: Any) -> list[int]:
     top, bottom = int(spec.sm_clock_max_mhz), int(spec.sm_clock_min_mhz)
     clocks = list(range(top, bottom, -SM_CLOCK_STEP_MHZ))
     return clocks + [bottom]
-
-
-def session_seed() -> int:
-    """``GPUENERGY_SIM_SEED``, or a new random seed (noise differs from session to session, as on
-    real GPUs; the plugin records the seed so a session can be repeated exactly)."""
-    text = os.environ.get(SEED_ENV, "").strip()
-    if not text:
-        return secrets.randbits(31)
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{SEED_ENV}={text!r} is not a whole number") from None
 
 
 def _env_float(name: str, default: float, *, low: float, high: float) -> float:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GpuEnergyError
-from ..gpu.capping import parse_cap
-from ..gpu.clocks import clock_range, parse_clock
+from ..gpu.clocks import clock_range
 from ..gpu.device import Backend, Gpu
+from ..gpu.specs import parse_cap, parse_clock
 from ..reports.sweep import workload_key
 from ..runs.records import CaseEntry, RunDocument
 from ..runs.store import RunStore
-from ..sim.nvml import SEED_ENV
+from ..sim.seed import SEED_ENV
 from .search import Found, best_setting, first_settings, next_setting
 
 KNOBS = ("power", "clock")
