@@ -507,11 +507,11 @@ def test_matrix_pytest_asyncio_measures_an_async_test(pytester, sim_state, monke
 
 def test_matrix_pytest_benchmark_runs_as_without_the_plugin(pytester, sim_state, monkeypatch):
     enable(monkeypatch, "benchmark")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)   # (this suite's own worker: pytest-benchmark would turn off)
     pytester.makepyfile(test_b="def test_sum(benchmark):\n    assert benchmark(sum, range(100)) == 4950\n")
-    # (-p no:xdist: pytest-benchmark warns that it turns itself off where xdist is loaded)
-    result = pytester.runpytest("-p", "benchmark", "-p", "no:xdist", "--benchmark-disable-gc")
+    result = pytester.runpytest("-p", "benchmark", "--benchmark-disable-gc")
     result.assert_outcomes(passed=1)
-    assert same_outcome_without_the_plugin(pytester, "-p", "benchmark", "-p", "no:xdist") == {"passed": 1}
+    assert same_outcome_without_the_plugin(pytester, "-p", "benchmark") == {"passed": 1}
 
 
 def test_matrix_hypothesis_examples_are_the_repetitions_of_one_case(pytester, sim_state, monkeypatch):
