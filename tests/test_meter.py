@@ -20,10 +20,10 @@ from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import journal_for
 from pytest_gpuenergy.gpu.specs import parse_cap
 from pytest_gpuenergy.meter import EnergyMeter
-from pytest_gpuenergy.meter.energy_meter import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.meter.integrate import Publication, Read, counter_energy, publications, sampled_energy
 from pytest_gpuenergy.meter.lattice import Bracket, TickLearner
 from pytest_gpuenergy.meter.recorder import VIRTUAL_WARM_UP_S
+from pytest_gpuenergy.meter.region import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.sim.models import GPU_MODELS
 
 
@@ -180,16 +180,22 @@ def test_a_low_cap_saves_energy_on_memory_bound_work_and_edp_has_an_interior_opt
 def test_a_counter_that_goes_backwards_during_a_region_gives_no_figure(backend):
     meter = EnergyMeter(backend, backend.select(None))
     backend.sleep_until(backend.clock() + 0.3)       # a fresh counter cannot go below 0: let it count
-    with pytest.raises(MeasurementError, match="went backwards"), meter:
+    with meter:
         backend.nvml.simArmFaults("counter_backwards=2-5")
         declare(0.5)
+    with pytest.raises(MeasurementError, match="went backwards"):     # said when the figure is worked out
+        meter.result
 
 
 def test_a_stuck_counter_gives_no_figure(backend):
     meter = EnergyMeter(backend, backend.select(None))
     backend.nvml.simArmFaults("counter_stuck=1")
-    with pytest.raises(MeasurementError, match="did not move"), meter:
+    with meter:
         declare(0.5)
+    with pytest.raises(MeasurementError, match="did not move"):
+        meter.result
+    with pytest.raises(MeasurementError, match="did not move"):      # and again: the figure is no figure
+        meter.results
 
 
 def test_a_lost_gpu_is_named(backend):

@@ -73,7 +73,8 @@ def test_a_limit_outlives_the_process_that_set_it(nvml, sim_state):
 def test_the_counter_is_published_every_100_ms(nvml):
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     changes, last = [], nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-    end = time.perf_counter() + 0.55
+    started = time.perf_counter()
+    end = started + 0.55
     while time.perf_counter() < end:
         value = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         assert value >= last
@@ -81,8 +82,9 @@ def test_the_counter_is_published_every_100_ms(nvml):
             changes.append(time.perf_counter())
             last = value
         time.sleep(0.001)
+    watched_s = time.perf_counter() - started          # (a loaded host oversleeps the last millisecond)
     gaps = [b - a for a, b in zip(changes, changes[1:])]
-    assert 4 <= len(changes) <= 6
+    assert 4 <= len(changes) <= watched_s / 0.1 + 1
     assert statistics.median(gaps) == pytest.approx(0.1, abs=0.01)
 
 

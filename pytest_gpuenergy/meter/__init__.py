@@ -13,11 +13,12 @@ from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .defaults import DEFAULT_MIN_TIME_S
-    from .energy_meter import CapContext, EnergyMeter
+    from .energy_meter import EnergyMeter
     from .recorder import COUNTER, SAMPLING
+    from .region import CapContext
 
 __all__ = ["COUNTER", "DEFAULT_MIN_TIME_S", "SAMPLING", "CapContext", "EnergyMeter"]
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "DEFAULT_MIN_TIME_S": ".defaults", "CapContext": ".energy_meter", "EnergyMeter": ".energy_meter",
+    "DEFAULT_MIN_TIME_S": ".defaults", "CapContext": ".region", "EnergyMeter": ".energy_meter",
     "COUNTER": ".recorder", "SAMPLING": ".recorder",
 })

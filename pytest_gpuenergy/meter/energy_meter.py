@@ -14,9 +14,7 @@ into a failed test, and the pytest plugin sums the notes up at the end of the se
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
@@ -24,42 +22,18 @@ import pynvml
 from ..errors import MeasurementError
 from ..gpu.device import Backend, Gpu
 from .defaults import DEFAULT_MIN_TIME_S
-from .integrate import (
-    CEILING_FACTOR,
-    NotYet,
-    RegionEnergy,
-    check_monotonic,
-    counter_energy,
-    publications,
-    sampled_energy,
-)
+from .integrate import RegionEnergy
 from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
+from .region import CapContext, PendingResult, Region
 from .results import EnergyResult, GpuResult, Repetition
 
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
-_WAIT_PERIODS = 6                # how many publication periods to wait for the ones after a region
 _ALIGN_MARGIN_S = 0.0005         # measure() starts this long (plus the lattice's error) after a tick
-CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
-                 "figure varies with the host (declare it: pytest_gpuenergy.sim.declare_work, or energy(work=...))")
-NO_TIME_NOTE = ("simulated GPU work: the region took no time: work was declared earlier in this test, and from then on "
-                "only declared work runs on the simulated GPU (declare the work of these calls too)")
 _PLANNED_CALL_SHARE = 0.1        # calls longer than this share of a period are planned to end on a tick
 _DURATION_ERROR = 0.005          # how far a planned region's predicted duration may be off
 _LEARNING_WAIT_S = 1.0           # how long measure() lets a new recorder learn the lattice before its first region
-
-
-@dataclass(frozen=True)
-class CapContext:
-    """What the meter records about the limit each GPU ran under."""
-
-    label: str
-    requested_w: dict[str, float | None]      # by GPU UUID
-    enforced_w: dict[str, float]
-    default_w: dict[str, float]
-    clock_label: str | None = None            # the SM clock cap's label (gpu_clock_cap), None without one
-    sm_clock_cap_mhz: dict[str, float | None] = field(default_factory=dict)   # the lock's upper end, by UUID
 
 
 class EnergyMeter:
@@ -82,7 +56,7 @@ class EnergyMeter:
         cap_context: Callable[[], CapContext | None] | None = None,
         compute_bound: float | None = None,
         min_time_s: float = DEFAULT_MIN_TIME_S,
-        on_result: Callable[[EnergyResult], None] | None = None,
+        on_result: Callable[[PendingResult], None] | None = None,
         work: Any = None,
         rank_group: Callable[[], Any] | None = None,
     ) -> None:
@@ -101,11 +75,11 @@ class EnergyMeter:
         self.min_time_s = min_time_s
         self.on_result = on_result
         self.work = work            # simulator: the GPU work of one call (measure) or one block, if declared
-        self.results: list[EnergyResult] = []
+        self._results: list[PendingResult] = []
         self._failed_block: str | None = None     # what the last `with` block raised (it has no figure)
         self.last_region: tuple[float, float] | None = None
         self.last_thread_cpu_s: float | None = None   # CPU the recorders used during that region
-        self._open_region: _Region | None = None
+        self._open_region: Region | None = None
         self.one_call_s = math.nan          # measure(): the latest estimate of one call's duration
         # torch.distributed (``distributed.RankGroup``): found when a region starts, since a test may
         # initialise its process group after the fixture made the meter; None measures this process alone.
@@ -122,18 +96,23 @@ class EnergyMeter:
 
     # -- public API ------------------------------------------------------------------------
     @property
+    def results(self) -> list[EnergyResult]:
+        """Every measurement so far, oldest first (waiting for the figures not worked out yet)."""
+        return [pending.resolve() for pending in self._results]
+
+    @property
     def result(self) -> EnergyResult:
-        """The latest measurement."""
+        """The latest measurement (waiting for its figure if it is not worked out yet)."""
         if self._failed_block is not None:
-            earlier = " (the figures of earlier blocks are in energy_meter.results)" if self.results else ""
+            earlier = " (the figures of earlier blocks are in energy_meter.results)" if self._results else ""
             raise MeasurementError(f"energy_meter has no figure for the last measured block: it raised "
                                    f"{self._failed_block} before it ended{earlier}")
-        if not self.results:
+        if not self._results:
             raise MeasurementError(
                 "energy_meter has measured nothing yet: wrap the work in `with energy_meter:` "
                 "or call energy_meter.measure(fn)"
             )
-        return self.results[-1]
+        return self._results[-1].resolve()
 
     def __enter__(self) -> EnergyMeter:
         if self._open_region is not None:
@@ -148,7 +127,6 @@ class EnergyMeter:
             return
         if exc_type is not None:
             region.release()
-            self.backend.count_cpu_work(False)
             self._failed_block = exc_type.__name__
             return
         if self.work is not None:
@@ -157,12 +135,21 @@ class EnergyMeter:
             self.backend.synchronize()
             self._group.barrier()      # the region ends when the slowest rank's GPU is done
         region.end()
-        readings = region.resolve()
         self._note_region(region)
-        notes = [n for r in readings for n in r.notes]
-        if any(r.coarse for r in readings):
-            notes.append(_coarse_note(region, readings))    # a note, not a warning: see the module docstring
-        self._record(region, [[_per_call(r, region.duration, 1)] for r in readings], notes)
+
+        def block_result(wait: bool) -> EnergyResult | None:
+            readings = region.resolve(wait=wait)
+            if readings is None:
+                return None
+            notes = [n for r in readings for n in r.notes]
+            if any(r.coarse for r in readings):
+                notes.append(_coarse_note(region, readings))    # a note, not a warning: see the module docstring
+            return self._result_of(region, [[_per_call(r, region.duration, 1)] for r in readings], notes)
+
+        pending = PendingResult(block_result)
+        if self._group is not None:
+            pending.resolve()          # every rank combines its figures with the others' now, together
+        self._add(pending)
 
     def measure(
         self,
@@ -190,7 +177,7 @@ class EnergyMeter:
         target_s = max(target_s, _MIN_REGION_S)
         self._group = self.rank_group()
         calls = self._agree(self._warm_up(fn, args, kwargs, warmup, target_s))
-        finished: list[_Region] = []
+        finished: list[Region] = []
         resized = 0
         try:
             while len(finished) < repeat:
@@ -222,7 +209,9 @@ class EnergyMeter:
                 slot.append(_per_call(reading, region.duration, region.calls))
                 notes.update(reading.notes)
         self._note_region(finished[-1])
-        return self._record(finished[-1], per_gpu, sorted(notes))
+        result = self._result_of(finished[-1], per_gpu, sorted(notes))
+        self._add(PendingResult.of(result))
+        return result
 
     # -- internals ------------------------------------------------------------------------------
     def _warm_up(self, fn: Callable[..., Any], args: tuple, kwargs: dict, warmup: int, target_s: float) -> int | None:
@@ -246,7 +235,7 @@ class EnergyMeter:
             self.one_call_s = one_call_s
         return calls
 
-    def _drop_coarse(self, finished: list[_Region], resized: int) -> list[_Region]:
+    def _drop_coarse(self, finished: list[Region], resized: int) -> list[Region]:
         """Resolve the regions and take out (to be measured again, larger) those that came out
         coarse, as long as enlarging them is still allowed."""
         for region in finished:
@@ -261,7 +250,7 @@ class EnergyMeter:
             finished.remove(region)
         return coarse
 
-    def _fill(self, region: _Region, fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
+    def _fill(self, region: Region, fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
               at_least_s: float) -> int:
         """Call ``fn`` ``calls`` times in the open region, more until it lasts ``at_least_s``, and
         then, where calls are short against the counter's period, until just after a publication.
@@ -283,7 +272,7 @@ class EnergyMeter:
             calls = _calls_for(at_least_s - elapsed_s, elapsed_s / done)
         return done + self._finish_on_a_tick(region, fn, args, kwargs, (clock() - region.t0) / done)
 
-    def _finish_on_a_tick(self, region: _Region, fn: Callable[..., Any], args: tuple, kwargs: dict,
+    def _finish_on_a_tick(self, region: Region, fn: Callable[..., Any], args: tuple, kwargs: dict,
                           one_call_s: float) -> int:
         """Short calls: go on calling until just after the next publication, in shrinking batches
         (a long batch overshoots when calls slow down), so the region's tail is a call or less."""
@@ -308,14 +297,49 @@ class EnergyMeter:
             self.backend.declare_work(self.work)
         return result
 
-    def _start_region(self, *, align: bool, calls: int | None = None) -> _Region:
+    def _start_region(self, *, align: bool, calls: int | None = None) -> Region:
         self.backend.use(self.gpus)
         if self.compute_bound is not None:
             self.backend.set_workload_profile(self.compute_bound)
         if self._group is not None:
             self._group.barrier()      # every rank starts together (no rank's own tick to wait for)
             align = False
-        return _Region(self, align, calls)
+        return Region(self.backend, self.recorders, self.cap_context(), planned_calls=calls,
+                      align=self._start_on_a_tick if align else None)
+
+    def _start_on_a_tick(self, region: Region) -> None:
+        """Sleep (the GPU idle) until just after the first GPU's next publication, where its lattice
+        is known: the region then starts with next to nothing of a partly seen interval.
+
+        Calls too long to top a region up to a tick at its end are planned instead: the number of
+        calls and a small delay of the start are chosen so that the predicted end falls just after
+        a publication, which keeps the partly seen time at both edges short.
+        """
+        lattice = self._learned_lattice(self.recorders[0])
+        now = self.backend.clock()
+        if lattice is None:
+            return
+        start_at = lattice.next_tick_after(now) + lattice.error_at(now) + _ALIGN_MARGIN_S
+        one_call_s = self.one_call_s
+        if region.planned_calls and math.isfinite(one_call_s) and one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
+            region.planned_calls, delay_s = _plan_long_calls(region.planned_calls, one_call_s, lattice, start_at)
+            start_at += delay_s
+        self.backend.sleep_until(start_at)
+        region.aligned_to = lattice
+
+    def _learned_lattice(self, recorder: Recorder) -> Lattice | None:
+        """The recorder's lattice once it is good enough to align to; a new recorder (the first
+        region of a session) is given up to a second to learn it (the GPU idles meanwhile)."""
+        clock = self.backend.clock
+        give_up_at = clock() + _LEARNING_WAIT_S
+        while True:
+            lattice = recorder.learner.lattice
+            now = clock()
+            if lattice is not None and recorder.learner.confident(now, 0.25 * lattice.period_s):
+                return lattice
+            if now >= give_up_at or not recorder.is_alive():
+                return None
+            recorder.wait_until(now + recorder.period_s)
 
     def _agree(self, value: Any) -> Any:
         """Under torch.distributed the largest value over the ranks, so that every rank decides alike."""
@@ -323,11 +347,17 @@ class EnergyMeter:
             return value
         return type(value)(self._group.agree_max(value))
 
-    def _note_region(self, region: _Region) -> None:
+    def _note_region(self, region: Region) -> None:
         self.last_region = (region.t0, region.t1)
         self.last_thread_cpu_s = region.thread_cpu_s
 
-    def _record(self, region: _Region, per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
+    def _add(self, pending: PendingResult) -> None:
+        self._results.append(pending)
+        self._failed_block = None
+        if self.on_result is not None:
+            self.on_result(pending)
+
+    def _result_of(self, region: Region, per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
         context = region.cap
         parts = []
         for gpu, recorder, reps in zip(self.gpus, self.recorders, per_gpu):
@@ -350,175 +380,7 @@ class EnergyMeter:
         if self._group is not None:
             parts = list(self._group.combine(parts))
             notes = sorted({n for rank_notes in self._group.gather(list(notes)) for n in rank_notes})
-        result = EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
-        self.results.append(result)
-        self._failed_block = None
-        if self.on_result is not None:
-            self.on_result(result)
-        return result
-
-
-class _Region:
-    """One measured interval on all of the meter's GPUs: two timestamps and what came of them."""
-
-    def __init__(self, meter: EnergyMeter, align: bool, calls: int | None = None) -> None:
-        self.meter = meter
-        self.backend = meter.backend
-        self.recorders: list[Recorder] = meter.recorders
-        clock = self.clock = self.backend.clock
-        self.cap = meter.cap_context() or _current_limits([r.gpu for r in self.recorders])
-        for recorder in self.recorders:
-            recorder.raise_error()
-        self.backend.synchronize()
-        self.aligned_to: Lattice | None = None
-        self.planned_calls = calls
-        if align:
-            self._start_on_a_tick(meter.one_call_s)
-        self.others = _other_processes([r.gpu for r in self.recorders])
-        self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
-        self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
-        self.backend.count_cpu_work(True)
-        self.t0 = clock()
-        self.t1 = math.nan
-        self.calls = 1
-        self.work_source: str | None = None
-        self.one_call_s = meter.one_call_s
-        self.thread_cpu_s = math.nan
-        self.readings: list[RegionEnergy] = []
-
-    @property
-    def duration(self) -> float:
-        return self.t1 - self.t0
-
-    def _start_on_a_tick(self, one_call_s: float) -> None:
-        """Sleep (the GPU idle) until just after the first GPU's next publication, where its lattice
-        is known: the region then starts with next to nothing of a partly seen interval.
-
-        Calls too long to top a region up to a tick at its end are planned instead: the number of
-        calls and a small delay of the start are chosen so that the predicted end falls just after
-        a publication, which keeps the partly seen time at both edges short.
-        """
-        recorder = self.recorders[0]
-        lattice = self._learned_lattice(recorder)
-        now = self.clock()
-        if lattice is None:
-            return
-        start_at = lattice.next_tick_after(now) + lattice.error_at(now) + _ALIGN_MARGIN_S
-        if self.planned_calls and math.isfinite(one_call_s) and one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
-            self.planned_calls, delay_s = _plan_long_calls(self.planned_calls, one_call_s, lattice, start_at)
-            start_at += delay_s
-        self.backend.sleep_until(start_at)
-        self.aligned_to = lattice
-
-    def _learned_lattice(self, recorder: Recorder) -> Lattice | None:
-        """The recorder's lattice once it is good enough to align to; a new recorder (the first
-        region of a session) is given up to a second to learn it (the GPU idles meanwhile)."""
-        give_up_at = self.clock() + _LEARNING_WAIT_S
-        while True:
-            lattice = recorder.learner.lattice
-            now = self.clock()
-            if lattice is not None and recorder.learner.confident(now, 0.25 * lattice.period_s):
-                return lattice
-            if now >= give_up_at or not recorder.is_alive():
-                return None
-            recorder.wait_until(now + recorder.period_s)
-
-    def end(self) -> None:
-        self.backend.synchronize()
-        self.t1 = self.clock()
-        self.backend.count_cpu_work(False)
-        self.work_source = self.backend.sim_work_source()
-        self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
-        after = _other_processes([r.gpu for r in self.recorders])
-        self.others = [a | b for a, b in zip(self.others, after)]
-
-    def resolve(self) -> list[RegionEnergy]:
-        """Each GPU's energy over the region, once the publications after it have arrived."""
-        if self.readings:
-            return self.readings
-        readings, first_error = [], None
-        for recorder, pids in zip(self.recorders, self.others):
-            try:
-                limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
-                reading = _resolve(recorder, self.t0, self.t1, limit_w)
-            except (MeasurementError, pynvml.NVMLError) as exc:
-                first_error = first_error or _as_measurement_error(recorder.gpu, exc)
-                continue
-            if self.work_source == "cpu-time":
-                reading.notes.append(CPU_TIME_NOTE)
-            elif self.work_source == "declared" and self.t1 <= self.t0:
-                reading.notes.append(NO_TIME_NOTE)
-            if pids:
-                reading.notes.append(
-                    f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
-                    f"{', '.join(map(str, sorted(pids)))} during the region: its ETS includes their work"
-                )
-            readings.append(reading)
-        self.release()
-        if first_error is not None:
-            raise first_error
-        self.readings = readings
-        return readings
-
-    def release(self) -> None:
-        self.backend.count_cpu_work(False)
-        for recorder, token in zip(self.recorders, self.holds):
-            recorder.release(token)
-
-
-def _resolve(recorder: Recorder, t0: float, t1: float, limit_w: float) -> RegionEnergy:
-    """Work out one GPU's energy over [t0, t1], waiting for the publications after ``t1``.
-
-    The wait sleeps until the publications it needs are due rather than trying every read, so the
-    meter's own work stays off the GPU's timeline (the simulator counts CPU time as GPU work).
-    """
-    clock = recorder.clock
-    period = recorder.period_s
-    deadline = t1 + _WAIT_PERIODS * period + 0.2
-    since = t0 - 3 * period - 0.05
-    recorder.wait_until(t1 + 1.05 * period)
-    while True:
-        recorder.raise_error()
-        final = clock() > deadline or not recorder.is_alive()
-        reads, lattice = recorder.snapshot(since, math.inf)
-        try:
-            return _integrate(recorder, reads, lattice, t0, t1, limit_w, final=final)
-        except NotYet:
-            if final:
-                raise MeasurementError(
-                    f"the energy counter of {recorder.gpu.label} published nothing around the region"
-                    + (f" (NVML: {recorder.last_error})" if recorder.last_error else "")
-                ) from None
-            recorder.wait_until(clock() + 0.5 * period)
-
-
-def _integrate(recorder: Recorder, reads: list, lattice: Any, t0: float, t1: float, limit_w: float, *,
-               final: bool) -> RegionEnergy:
-    ceiling_w = CEILING_FACTOR * recorder.max_limit_w
-    period = lattice.period_s if lattice is not None else recorder.period_s
-    if recorder.method == COUNTER:
-        near = [r for r in reads if t0 - period <= r.started <= t1 + 2 * period]
-        check_monotonic(near, recorder.gpu.label)
-        if final:
-            _check_moving(recorder, [r for r in reads if r.started >= t0 - period], t0, t1, period)
-        pubs = publications(reads, lattice, repeats=False)
-        return counter_energy(pubs, t0, t1, ceiling_w=ceiling_w, limit_w=limit_w, final=final)
-    pubs = publications(reads, lattice, repeats=True)
-    return sampled_energy(pubs, t0, t1, window_s=recorder.window_s, ceiling_w=ceiling_w, period_s=period, final=final)
-
-
-def _check_moving(recorder: Recorder, reads: list, t0: float, t1: float, period: float) -> None:
-    """A counter whose value has not changed for three of its periods, up to the latest read, is stuck."""
-    if len(reads) < 2:
-        return
-    last = reads[-1].value
-    unchanged_since = next((r.ended for r in reversed(reads) if r.value != last), reads[0].started)
-    watched = reads[-1].ended - unchanged_since
-    if watched >= 3 * period:
-        raise MeasurementError(
-            f"the energy counter of {recorder.gpu.label} did not move for {watched:.3g} s although it updates "
-            f"every {period * 1000:.0f} ms: it is stuck; no figure is given"
-        )
+        return EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
 
 
 def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: float) -> tuple[int, float]:
@@ -545,7 +407,7 @@ def _per_call(reading: RegionEnergy, duration_s: float, calls: int) -> Repetitio
     return Repetition.of_region(reading.ets_j, reading.low_j, reading.high_j, reading.peak_power_w, duration_s, calls)
 
 
-def _coarse_note(region: _Region, readings: Sequence[RegionEnergy]) -> str:
+def _coarse_note(region: Region, readings: Sequence[RegionEnergy]) -> str:
     reading = next(r for r in readings if r.coarse)
     recorder = region.recorders[readings.index(reading)]
     what = (f"the energy counter (published every {recorder.period_s * 1000:.0f} ms)" if recorder.method == COUNTER
@@ -556,44 +418,6 @@ def _coarse_note(region: _Region, readings: Sequence[RegionEnergy]) -> str:
         f"[{reading.low_j:.4g}, {reading.high_j:.4g}] J; use energy_meter.measure(fn) to repeat it until it is "
         f"long enough, or measure more work"
     )
-
-
-def _other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
-    """Per GPU, the PIDs of other processes NVML lists on it.
-
-    Under a PID namespace (a container) NVML reports host PIDs, so this process's own PID may not
-    be in the list; then one listed process is taken to be this one and only a second is "other".
-    """
-    me = os.getpid()
-    found = []
-    for gpu in gpus:
-        try:
-            pids = set(gpu.processes())
-        except pynvml.NVMLError:
-            pids = set()
-        if me in pids:
-            pids.discard(me)
-        elif len(pids) == 1 and not gpu.simulated:
-            pids = set()
-        found.append(pids)
-    return found
-
-
-def _as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
-    if isinstance(exc, MeasurementError):
-        return exc
-    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-        return gpu.lost_error()
-    return MeasurementError(f"reading the energy of {gpu.label} failed: NVML: {exc}")
-
-
-def _current_limits(gpus: Sequence[Gpu]) -> CapContext:
-    enforced, default = {}, {}
-    for gpu in gpus:
-        limits = gpu.limits()
-        enforced[gpu.uuid] = limits.enforced_mw / 1000.0
-        default[gpu.uuid] = limits.default_mw / 1000.0
-    return CapContext("current", {g.uuid: None for g in gpus}, enforced, default)
 
 
 def _calls_for(target_s: float, one_call_s: float) -> int:

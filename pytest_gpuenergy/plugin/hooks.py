@@ -42,6 +42,7 @@ _OUTCOME_KEY = pytest.StashKey[Any]()           # the gate's outcome (gate.ci.Ga
 _SKIPPED_KEY = pytest.StashKey[list]()
 _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while generating tests
 _WORKER_OUTPUT = "gpuenergy_cases"
+_WORKER_ERRORS = "gpuenergy_errors"
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
 _KNOBS = (POWER_KNOB, CLOCK_KNOB)
 _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
@@ -316,8 +317,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
             if failures:
                 report.outcome = "failed"
                 report.longrepr = "\n".join(failures)
-        # junitxml writes the properties the item has when its teardown is reported
-        item.user_properties.extend(session.junit_properties(item.nodeid))
+        if getattr(item.config.option, "xmlpath", None):
+            # junitxml writes the properties the item has when its teardown is reported (the figures
+            # are worked out for it now: without --junitxml nothing waits for them here)
+            item.user_properties.extend(session.junit_properties(item.nodeid))
     elif report.failed:
         session.set_outcome(item.nodeid, "error")
     return report
@@ -337,8 +340,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None:
         return
     energy = state.session
+    if energy is not None:
+        energy.errors += energy.resolve(wait=True)     # the figures still pending, now that the tests are done
     if state.worker:
-        config.workeroutput[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"  # type: ignore[attr-defined]
+        output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
+        output[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"
+        output[_WORKER_ERRORS] = list(energy.errors) if energy is not None else []
         return
     if not state.reports or energy is None:    # torchrun: every rank holds the total; rank 0 saves it
         return
@@ -351,6 +358,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         run_options=_run_options(config, energy),
         outcomes=energy.outcomes(),
     )
+    outcome.errors += [f"a figure could not be worked out: {problem}" for problem in energy.errors]
     config.stash[_OUTCOME_KEY] = outcome
     if outcome.failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -382,11 +390,14 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     state = state_of(node.config)
     if state is None:
         return
-    exported = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
-    if (exported and exported != "[]") or error:
+    output = getattr(node, "workeroutput", {})
+    exported, errors = output.get(_WORKER_OUTPUT), output.get(_WORKER_ERRORS) or []
+    if (exported and exported != "[]") or errors or error:
         session = state.start(usage_errors=False)
-        if session is not None and exported:
-            session.import_cases(exported)
+        if session is not None:
+            if exported:
+                session.import_cases(exported)
+            session.errors += errors
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
@@ -415,11 +426,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    notices = notice_lines(session.repairs, session.notices, session.coarse_regions, session.unparametrised, width)
-    if not session.cases and not notices:
+    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width)
+    outcome = config.stash.get(_OUTCOME_KEY, None)
+    if not session.cases and not notices and not (outcome is not None and outcome.errors):
         return
     terminalreporter.section("gpu energy")
-    outcome = config.stash.get(_OUTCOME_KEY, None)
     skipped = config.stash.get(_SKIPPED_KEY, [])
     lines: list[str] = []
     if outcome is not None and outcome.comparisons:

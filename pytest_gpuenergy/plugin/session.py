@@ -29,6 +29,7 @@ from ..gpu.locks import holding, lock_paths
 from ..gpu.placement import Placement, pin_current_device, pin_worker
 from ..meter import CapContext, EnergyMeter
 from ..meter.distributed import current_group
+from ..meter.region import PendingResult
 from ..meter.results import EnergyResult, GpuResult
 from ..runs import PASSED
 from ..runs.records import CaseEntry, node_id_of, split_region
@@ -39,22 +40,25 @@ from .options import SessionOptions
 @dataclass
 class CaseRecord:
     """All repetitions measured for one case: one region of one test (``test_id``), and how the
-    test ended (``outcome``, one of ``runs.records.OUTCOMES``): baselines, budgets and the gate use passed cases only."""
+    test ended (``outcome``, one of ``runs.OUTCOMES``): baselines, budgets and the gate use passed
+    cases only. Each repetition's figure may still be pending (``meter.region.PendingResult``)."""
 
     test_id: str
-    results: list[EnergyResult] = field(default_factory=list)
+    results: list[PendingResult] = field(default_factory=list)
     outcome: str = PASSED
 
     @property
     def merged(self) -> EnergyResult:
-        """The results of repeated calls as one result whose repetitions are all of theirs."""
-        first = self.results[0]
+        """The results of repeated calls as one result whose repetitions are all of theirs (waiting
+        for any figure not worked out yet)."""
+        results = [pending.resolve() for pending in self.results]
+        first = results[0]
         per_gpu = []
         for i, gpu in enumerate(first.per_gpu):
-            reps = tuple(rep for result in self.results for rep in result.per_gpu[i].repetitions)
-            notes = tuple(sorted({n for result in self.results for n in result.per_gpu[i].notes}))
+            reps = tuple(rep for result in results for rep in result.per_gpu[i].repetitions)
+            notes = tuple(sorted({n for result in results for n in result.per_gpu[i].notes}))
             per_gpu.append(replace(gpu, repetitions=reps, notes=notes))
-        notes = tuple(sorted({n for result in self.results for n in result.notes}))
+        notes = tuple(sorted({n for result in results for n in result.notes}))
         return EnergyResult(per_gpu=tuple(per_gpu), notes=notes)
 
 
@@ -75,7 +79,8 @@ class EnergySession:
         self.repairs: list[str] = []           # what the start of the session repaired
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.notices: list[str] = []           # for the end of the session: what the user should know
-        self.coarse_regions: list[str] = []    # cases with a region too short for its bound to say much
+        self._pending: list[PendingResult] = []   # figures not worked out yet (see ``resolve``)
+        self.errors: list[str] = []               # figures that could not be worked out after their test
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
@@ -206,6 +211,7 @@ class EnergySession:
         On the simulator ``test_id`` starts the test in a world of its own (``Backend.begin_test``)."""
         backend = self._require_backend()
         held = self.placement.gpus_for(self.gpus, wanted)
+        self.errors += self.resolve(wait=False)      # what earlier tests measured, where it has arrived
         with holding(lock_paths(backend.lock_folder, [g.uuid for g in held]), timeout_s=self.options.lock_timeout_s):
             backend.use(held)
             if test_id is not None:
@@ -217,7 +223,12 @@ class EnergySession:
                 yield held
             finally:
                 self.held = []
+                # On a virtual clock the next test starts its time over: work this test's figures
+                # out now (waiting there moves only the simulator's clock).
+                problems = self.resolve(wait=True) if backend.virtual_clock is not None else []
                 backend.use([])
+            if problems:
+                raise MeasurementError("; ".join(problems))
 
     def test_gpus(self) -> list[Gpu]:
         """The GPUs the running test holds (outside a lease: this process's own GPU)."""
@@ -296,13 +307,43 @@ class EnergySession:
         """A (re)call of the test starts: its regions are numbered from the first again."""
         self._regions_in_call[test_id] = 0
 
-    def record(self, test_id: str, result: EnergyResult) -> None:
+    def record(self, test_id: str, result: PendingResult) -> None:
         number = self._regions_in_call.get(test_id, 0) + 1
         self._regions_in_call[test_id] = number
         case_id = test_id if number == 1 else f"{test_id}#{number}"
         self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(result)
-        if any(part.coarse for part in result.per_gpu):
-            self.coarse_regions.append(case_id)
+        if not result.resolved:
+            self._pending.append(result)
+
+    def resolve(self, *, wait: bool) -> list[str]:
+        """Work out the figures still pending: those whose publications have arrived (``wait=False``,
+        at no cost: between tests), or all (waiting for the last ones: the end of a session, or of a
+        test on a simulator's virtual clock, whose time starts over with the next test). Returns one
+        line per figure that could not be worked out (its case is dropped)."""
+        problems, still = [], []
+        for pending in self._pending:
+            try:
+                found = pending.resolve() if wait else pending.try_resolve()
+            except GpuEnergyError as exc:
+                problems.append(str(exc))
+                continue
+            if found is None:
+                still.append(pending)
+        self._pending = still
+        if problems:
+            self._drop_failed()
+        return problems
+
+    def _drop_failed(self) -> None:
+        for case_id, record in list(self.cases.items()):
+            record.results = [p for p in record.results if not _failed(p)]
+            if not record.results:
+                del self.cases[case_id]
+
+    def coarse_cases(self) -> list[str]:
+        """The cases with a region too short for its bound to say much (their figures worked out)."""
+        return [case_id for case_id, record in self.cases.items()
+                if any(p.resolved and not _failed(p) and p.resolve().coarse for p in record.results)]
 
     def set_outcome(self, test_id: str, outcome: str) -> None:
         """How the test ended, for all of its cases (``runs.records.OUTCOMES``)."""
@@ -325,7 +366,7 @@ class EnergySession:
         for case_id, data in json.loads(exported):
             entries = [CaseEntry.from_json(entry, "a pytest-xdist worker's results") for entry in data]
             record = self.cases.setdefault(case_id, CaseRecord(case_id))
-            record.results.append(EnergyResult(per_gpu=tuple(entry.to_gpu_result() for entry in entries)))
+            record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entry.to_gpu_result() for entry in entries))))
             record.outcome = entries[0].outcome if entries else PASSED
 
     def junit_properties(self, test_id: str) -> list[tuple[str, object]]:
@@ -397,3 +438,14 @@ class EnergySession:
         if self.backend is None:
             raise MeasurementError("the gpuenergy session has not started")
         return self.backend
+
+
+def _failed(pending: PendingResult) -> bool:
+    """Whether working out this figure failed (it raised); pending figures count as not failed."""
+    if not pending.resolved:
+        return False
+    try:
+        pending.resolve()
+    except GpuEnergyError:
+        return True
+    return False

@@ -1,0 +1,284 @@
+"""One measured region: its two timestamps, and its energy worked out from the recorders afterwards.
+
+A region is started and ended with the GPU's work synchronised, so that it covers exactly that
+work. Its energy needs the publications *after* its end, which come up to a period (100 ms) later.
+Waiting for them in every test would cost a suite of short tests most of its time, so a region's
+figure is a ``PendingResult``: worked out when something needs it (the test reads it, a budget
+checks it, the session ends), and meanwhile, whenever the publications have arrived, without any
+wait (``try_resolve``). The recorder keeps the reads a region needs until it is resolved (``hold``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from ..errors import MeasurementError
+from ..gpu.device import Backend, Gpu
+from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
+from .lattice import Lattice
+from .recorder import COUNTER, Recorder
+from .results import EnergyResult
+
+WAIT_PERIODS = 6                 # how many publication periods to wait for the ones after a region
+CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
+                 "figure varies with the host (declare it: pytest_gpuenergy.sim.declare_work, or energy(work=...))")
+NO_TIME_NOTE = ("simulated GPU work: the region took no time: work was declared earlier in this test, and from then on "
+                "only declared work runs on the simulated GPU (declare the work of these calls too)")
+
+
+@dataclass(frozen=True)
+class CapContext:
+    """What the meter records about the limit each GPU ran under."""
+
+    label: str
+    requested_w: dict[str, float | None]      # by GPU UUID
+    enforced_w: dict[str, float]
+    default_w: dict[str, float]
+    clock_label: str | None = None            # the SM clock cap's label (gpu_clock_cap), None without one
+    sm_clock_cap_mhz: dict[str, float | None] = field(default_factory=dict)   # the lock's upper end, by UUID
+
+
+class Region:
+    """One measured interval on a set of GPUs: two timestamps and what came of them.
+
+    ``align``, if given, runs after the GPU's queued work is synchronised and before the start is
+    taken: the meter uses it to start just after a publication (and may set ``planned_calls``).
+    """
+
+    def __init__(self, backend: Backend, recorders: Sequence[Recorder], cap: CapContext | None,
+                 align: Callable[[Region], None] | None = None, planned_calls: int | None = None) -> None:
+        self.backend = backend
+        self.recorders = list(recorders)
+        clock = self.clock = backend.clock
+        self.cap = cap or current_limits([r.gpu for r in self.recorders])
+        for recorder in self.recorders:
+            recorder.raise_error()
+        backend.synchronize()
+        self.aligned_to: Lattice | None = None
+        self.planned_calls = planned_calls
+        if align is not None:
+            align(self)
+        self.others = other_processes([r.gpu for r in self.recorders])
+        self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
+        self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
+        backend.count_cpu_work(True)
+        self.t0 = clock()
+        self.t1 = math.nan
+        self.calls = 1
+        self.work_source: str | None = None
+        self.thread_cpu_s = math.nan
+        self.readings: list[RegionEnergy] = []
+        self.released = False
+
+    @property
+    def duration(self) -> float:
+        return self.t1 - self.t0
+
+    def end(self) -> None:
+        self.backend.synchronize()
+        self.t1 = self.clock()
+        self.backend.count_cpu_work(False)
+        self.work_source = self.backend.sim_work_source()
+        self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
+        after = other_processes([r.gpu for r in self.recorders])
+        self.others = [a | b for a, b in zip(self.others, after)]
+        for recorder in self.recorders:          # what is already known to have failed fails now
+            try:
+                recorder.raise_error()
+            except BaseException:
+                self.release()
+                raise
+
+    def resolve(self, *, wait: bool = True) -> list[RegionEnergy] | None:
+        """Each GPU's energy over the region once the publications after it have arrived: waiting for
+        them, or (``wait=False``) None while any is still to come."""
+        if self.readings:
+            return self.readings
+        readings, first_error = [], None
+        for recorder, pids in zip(self.recorders, self.others):
+            try:
+                limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
+                reading = resolve_reading(recorder, self.t0, self.t1, limit_w, wait=wait)
+            except (MeasurementError, pynvml.NVMLError) as exc:
+                first_error = first_error or as_measurement_error(recorder.gpu, exc)
+                continue
+            if reading is None:
+                return None
+            readings.append(self._noted(reading, recorder, pids))
+        self.release()
+        if first_error is not None:
+            raise first_error
+        self.readings = readings
+        return readings
+
+    def _noted(self, reading: RegionEnergy, recorder: Recorder, pids: set[int]) -> RegionEnergy:
+        if self.work_source == "cpu-time":
+            reading.notes.append(CPU_TIME_NOTE)
+        elif self.work_source == "declared" and self.t1 <= self.t0:
+            reading.notes.append(NO_TIME_NOTE)
+        if pids:
+            reading.notes.append(
+                f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
+                f"{', '.join(map(str, sorted(pids)))} during the region: its ETS includes their work"
+            )
+        return reading
+
+    def release(self) -> None:
+        self.backend.count_cpu_work(False)
+        if self.released:
+            return
+        self.released = True
+        for recorder, token in zip(self.recorders, self.holds):
+            recorder.release(token)
+
+
+class PendingResult:
+    """A measurement's result, worked out when first needed (see the module docstring).
+
+    ``build(wait)`` returns the result, or None while it would have to wait (``wait=False``). It
+    is called until it gives one; the result (or the error it raised) is then kept.
+    """
+
+    def __init__(self, build: Callable[[bool], EnergyResult | None]) -> None:
+        self._build: Callable[[bool], EnergyResult | None] | None = build
+        self._result: EnergyResult | None = None
+        self._error: BaseException | None = None
+
+    @classmethod
+    def of(cls, result: EnergyResult) -> PendingResult:
+        done = cls(lambda wait: result)
+        done.resolve()
+        return done
+
+    @property
+    def resolved(self) -> bool:
+        return self._build is None
+
+    def resolve(self) -> EnergyResult:
+        """The result, waiting for the publications it needs; raises what working it out raised."""
+        found = self._attempt(wait=True)
+        assert found is not None      # with waiting, a figure or an error
+        return found
+
+    def try_resolve(self) -> EnergyResult | None:
+        """The result if it can be worked out without waiting, else None (errors are raised)."""
+        return self._attempt(wait=False)
+
+    def _attempt(self, *, wait: bool) -> EnergyResult | None:
+        if self._build is not None:
+            try:
+                result = self._build(wait)
+            except BaseException as exc:
+                self._build, self._error = None, exc
+                raise
+            if result is None:
+                return None
+            self._build, self._result = None, result
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def resolve_reading(recorder: Recorder, t0: float, t1: float, limit_w: float, *, wait: bool = True) -> RegionEnergy | None:
+    """One GPU's energy over [t0, t1], waiting for the publications after ``t1`` (or, without
+    ``wait``, None while they are still to come).
+
+    The wait sleeps until the publications it needs are due rather than trying every read, so the
+    meter's own work stays off the GPU's timeline (the simulator counts CPU time as GPU work).
+    """
+    clock = recorder.clock
+    period = recorder.period_s
+    deadline = t1 + WAIT_PERIODS * period + 0.2
+    since = t0 - 3 * period - 0.05
+    if wait:
+        recorder.wait_until(t1 + 1.05 * period)
+    elif not recorder.has_read_since(t1 + 1.05 * period) and recorder.is_alive():
+        return None
+    while True:
+        recorder.raise_error()
+        final = clock() > deadline or not recorder.is_alive()
+        reads, lattice = recorder.snapshot(since, math.inf)
+        try:
+            return _integrate(recorder, reads, lattice, t0, t1, limit_w, final=final)
+        except NotYet:
+            if final:
+                raise MeasurementError(
+                    f"the energy counter of {recorder.gpu.label} published nothing around the region"
+                    + (f" (NVML: {recorder.last_error})" if recorder.last_error else "")
+                ) from None
+            if not wait:
+                return None
+            recorder.wait_until(clock() + 0.5 * period)
+
+
+def _integrate(recorder: Recorder, reads: list, lattice: Any, t0: float, t1: float, limit_w: float, *,
+               final: bool) -> RegionEnergy:
+    ceiling_w = CEILING_FACTOR * recorder.max_limit_w
+    period = lattice.period_s if lattice is not None else recorder.period_s
+    if recorder.method == COUNTER:
+        near = [r for r in reads if t0 - period <= r.started <= t1 + 2 * period]
+        check_monotonic(near, recorder.gpu.label)
+        if final:
+            _check_moving(recorder, [r for r in reads if r.started >= t0 - period], period)
+        pubs = publications(reads, lattice, repeats=False)
+        return counter_energy(pubs, t0, t1, ceiling_w=ceiling_w, limit_w=limit_w, final=final)
+    pubs = publications(reads, lattice, repeats=True)
+    return sampled_energy(pubs, t0, t1, window_s=recorder.window_s, ceiling_w=ceiling_w, period_s=period, final=final)
+
+
+def _check_moving(recorder: Recorder, reads: list, period: float) -> None:
+    """A counter whose value has not changed for three of its periods, up to the latest read, is stuck."""
+    if len(reads) < 2:
+        return
+    last = reads[-1].value
+    unchanged_since = next((r.ended for r in reversed(reads) if r.value != last), reads[0].started)
+    watched = reads[-1].ended - unchanged_since
+    if watched >= 3 * period:
+        raise MeasurementError(
+            f"the energy counter of {recorder.gpu.label} did not move for {watched:.3g} s although it updates "
+            f"every {period * 1000:.0f} ms: it is stuck; no figure is given"
+        )
+
+
+def other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
+    """Per GPU, the PIDs of other processes NVML lists on it.
+
+    Under a PID namespace (a container) NVML reports host PIDs, so this process's own PID may not
+    be in the list; then one listed process is taken to be this one and only a second is "other".
+    """
+    me = os.getpid()
+    found = []
+    for gpu in gpus:
+        try:
+            pids = set(gpu.processes())
+        except pynvml.NVMLError:
+            pids = set()
+        if me in pids:
+            pids.discard(me)
+        elif len(pids) == 1 and not gpu.simulated:
+            pids = set()
+        found.append(pids)
+    return found
+
+
+def as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
+    if isinstance(exc, MeasurementError):
+        return exc
+    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+        return gpu.lost_error()
+    return MeasurementError(f"reading the energy of {gpu.label} failed: NVML: {exc}")
+
+
+def current_limits(gpus: Sequence[Gpu]) -> CapContext:
+    enforced, default = {}, {}
+    for gpu in gpus:
+        limits = gpu.limits()
+        enforced[gpu.uuid] = limits.enforced_mw / 1000.0
+        default[gpu.uuid] = limits.default_mw / 1000.0
+    return CapContext("current", {g.uuid: None for g in gpus}, enforced, default)
