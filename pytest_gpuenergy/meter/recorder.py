@@ -14,12 +14,14 @@ in four, just before it too, to follow the clock's drift): two reads per 100 ms 
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 import random
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -45,11 +47,24 @@ _REFRESH_RARELY = 16
 _KEEP_S = 30.0                   # reads older than this (and than any held region) are dropped
 _GIVE_UP_AFTER_S = 2.0           # NVML errors for this long in a row stop the recorder
 # On a simulator's virtual clock a new recorder first watches the idle GPU this long (no wall time,
-# a few ms of CPU), so that every test's first region finds the lattice learned, as a session's
-# later regions do on a real GPU, whichever test comes first.
+# about 10 ms of CPU, once per GPU: later tests start from a copy, see ``Recorders``), so that every
+# test's first region finds the lattice learned, as a session's later regions do on a real GPU,
+# whichever test comes first.
 VIRTUAL_WARM_UP_S = 0.6
 _INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
 _AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
+
+
+@dataclass(frozen=True)
+class RecorderState:
+    """What a recorder knew at ``taken_at``: on a virtual clock every test's world is the same, so a
+    recorder that starts from this at that moment reads exactly as one that learned it."""
+
+    taken_at: float
+    learner: TickLearner
+    reads: tuple[Read, ...]
+    jitter: Any
+    since_refresh: int
 
 
 class Recorder:
@@ -81,6 +96,19 @@ class Recorder:
         self._read_cost_s = 0.0          # how long a read takes (a real H100: 2.4 ms): reads must start that much earlier
         self._since_refresh = _REFRESH_EVERY
         self._failing_since: float | None = None
+
+    # -- a copy of what it learned (a simulator's virtual clock only) ------------------------------
+    def state(self, taken_at: float) -> RecorderState:
+        with self.changed:
+            return RecorderState(taken_at, copy.deepcopy(self.learner), tuple(self._reads), self._jitter.getstate(),
+                                 self._since_refresh)
+
+    def take(self, state: RecorderState) -> None:
+        """Start from ``state`` instead of learning (before the driver starts)."""
+        self.learner = copy.deepcopy(state.learner)
+        self._reads = list(state.reads)
+        self._jitter.setstate(state.jitter)
+        self._since_refresh = state.since_refresh
 
     # -- what the meter uses -----------------------------------------------------------------------
     @property
@@ -374,11 +402,20 @@ class PlanDriver:
 
 
 class Recorders:
-    """The recorders of one backend's GPUs: started on first use, stopped when the backend closes."""
+    """The recorders of one backend's GPUs: started on first use, stopped when the backend closes.
+
+    On a simulator's virtual clock each test starts the GPUs' time over (``Backend.begin_test``)
+    and the recorders with it. There a new recorder first learns for ``VIRTUAL_WARM_UP_S`` on the
+    idle GPU; since every test's world is the same, the first one's state is kept and every later
+    recorder of that GPU (and place in its test) starts from a copy of it, at the same moment: the
+    same reads as learning again, without the CPU it costs (about 10 ms a test). The first one
+    starts from its copy too, so that all of them read alike.
+    """
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._by_uuid: dict[str, Recorder] = {}
+        self._learned: dict[tuple[str, int], RecorderState] = {}
         self._lock = threading.Lock()
         backend.on_close(self.stop)
 
@@ -388,15 +425,31 @@ class Recorders:
         with self._lock:
             recorder = self._by_uuid.get(gpu.uuid)
             if recorder is None:
-                recorder = Recorder(gpu, self.backend.clock, _method_for(gpu), seed=f"slot{slot}")
                 virtual = self.backend.virtual_clock
-                recorder.driver = (PlanDriver(recorder, virtual, self.backend.sleep_until) if virtual is not None
-                                   else ThreadDriver(recorder))
-                recorder.driver.start()
+                recorder = self._learned_on_virtual(gpu, slot) if virtual is not None else self._started(gpu, slot)
                 self._by_uuid[gpu.uuid] = recorder
-                if virtual is not None:
-                    self.backend.sleep_until(self.backend.clock() + VIRTUAL_WARM_UP_S)
             return recorder
+
+    def _started(self, gpu: Gpu, slot: int, state: RecorderState | None = None) -> Recorder:
+        recorder = Recorder(gpu, self.backend.clock, _method_for(gpu), seed=f"slot{slot}")
+        virtual = self.backend.virtual_clock
+        if state is not None:
+            recorder.take(state)
+        recorder.driver = (PlanDriver(recorder, virtual, self.backend.sleep_until) if virtual is not None
+                           else ThreadDriver(recorder))
+        recorder.driver.start()
+        return recorder
+
+    def _learned_on_virtual(self, gpu: Gpu, slot: int) -> Recorder:
+        key = (gpu.uuid, slot)
+        state = self._learned.get(key)
+        if state is None:
+            learning = self._started(gpu, slot)
+            self.backend.sleep_until(self.backend.clock() + VIRTUAL_WARM_UP_S)
+            state = self._learned[key] = learning.state(self.backend.clock())
+            learning.stop()
+        self.backend.sleep_until(state.taken_at)
+        return self._started(gpu, slot, state)
 
     def stop(self) -> None:
         with self._lock:
