@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from pytest_gpuenergy.errors import StorageError
 from pytest_gpuenergy.meter.results import EnergyResult, Repetition
 from pytest_gpuenergy.runs import store as storage
+from pytest_gpuenergy.runs.ids import node_id_of
 from pytest_gpuenergy.runs.provenance import collect_commit_info
 from pytest_gpuenergy.runs.reader import load_document
-from pytest_gpuenergy.runs.records import FORMAT, VERSION, RunDocument, node_id_of
+from pytest_gpuenergy.runs.records import FORMAT, VERSION, RunDocument
 from pytest_gpuenergy.runs.store import RunStore, build_documents, file_stem, slug
 
 COMMIT = {"id": "0123456789abcdef0123456789abcdef01234567", "branch": "main", "dirty": False}

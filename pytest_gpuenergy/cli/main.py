@@ -14,6 +14,7 @@ from ..gpu.clocks_info import clock_fields, clock_line
 from ..gpu.device import Backend, open_backend
 from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
 from ..gpu.specs import BACKEND_CHOICES, default_backend
+from .budgets import add_budgets_command
 from .compare import add_compare_commands
 from .tune import add_tune_command, split_pytest_args
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(handler=cmd_restore)
 
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
+    add_budgets_command(commands)
     add_tune_command(commands)
     add_fleet_command(commands)     # fleet: the suite on every GPU model of a Ray cluster
     return parser

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BudgetError, CapSyntaxError
-from ..gpu.device import PowerLimits
 from ..gpu.specs import CapSpec, cap_text, parse_cap
 from ..metrics import EDP, ETS, TIME
 from ..runs.validation import bounded_number, shown
+
+if TYPE_CHECKING:
+    from ..gpu.device import PowerLimits
 
 _FIGURES = {m.key: (m.field, m.label, m.unit) for m in (ETS, EDP, TIME)}   # checked in this order
 _ALLOWED = set(_FIGURES) | {"gpu", "cap"}
@@ -32,13 +34,15 @@ class Budget:
     time_s: float | None = None
     gpu: str | None = None
     cap: CapSpec | None = None
+    exact_gpu: bool = False         # the GPU model by its whole name (a budgets file), not a part of it
+    source: str | None = None       # where it was written: a budgets file's "path:line" (None: a marker)
 
     @property
     def specificity(self) -> int:
         return 2 * (self.gpu is not None) + (self.cap is not None)
 
     def matches(self, gpu_name: str, limit_mw: int, limits: PowerLimits) -> bool:
-        if self.gpu is not None and self.gpu.lower() not in gpu_name.lower():
+        if self.gpu is not None and (self.gpu != gpu_name if self.exact_gpu else self.gpu.lower() not in gpu_name.lower()):
             return False
         return not (self.cap is not None and abs(self.cap.resolve_mw(limits) - limit_mw) > _CAP_TOLERANCE_MW)
 
@@ -80,7 +84,8 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
             cap_spec = parse_cap(cap_text(cap, "energy_budget cap="), source="energy_budget cap=")
         except CapSyntaxError as exc:
             raise BudgetError(str(exc)) from None
-    return Budget(gpu=gpu.strip() if gpu else None, cap=cap_spec, **figures)
+    return Budget(ets_j=figures.get("ets_j"), edp_js=figures.get("edp_js"), time_s=figures.get("time_s"),
+                  gpu=gpu.strip() if gpu else None, cap=cap_spec)
 
 
 def _positive_number(key: str, value: Any, unit: str) -> float:

@@ -226,6 +226,16 @@ class Backend:
         if self.simulated:
             self.nvml.simUseDevices([gpu.index for gpu in gpus])
 
+    def session_energy_mj(self, gpu: Gpu) -> float | None:
+        """What the GPU's energy counter says now, for a total over a whole session (None without a
+        counter). Read directly, not at a publication: up to one period behind. The simulator
+        answers with its wall-clock model (``simWallEnergyMj``): its tests' own time is virtual."""
+        if self.simulated:
+            return float(self.nvml.simWallEnergyMj(gpu.handle))
+        if not gpu.has_energy_counter():
+            return None
+        return float(gpu.energy_mj())
+
     def begin_test(self, test_id: str, gpus: Sequence[Gpu]) -> None:
         """Simulator only: a test starts on ``gpus``, in a world of its own (``SimulatedNvml.simBeginTest``):
         on the virtual clock the meter's recorders start afresh with it."""

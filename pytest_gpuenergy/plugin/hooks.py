@@ -16,35 +16,39 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import BudgetError, GpuEnergyError
+from ..errors import BudgetError, GpuEnergyError, SettingError
 from ..gpu import signals
 from ..gpu.placement import Placement
 from ..runs import PASSED
+from ..runs.ids import test_key
 from ..sim.seed import session_seed
 from . import knobs
 from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
+from .every_test import EVERY_TEST_KNOB, EveryTest, meter_of
 from .fixtures import POWER_KNOB, SETTINGS_KEY, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
-from .knobs import uses_plugin_fixture
+from .knobs import Knob, uses_plugin_fixture
 from .markers import MARKERS, NOTHING_MEASURED, budgets_of, energy_settings
-from .options import asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
+from .options import SessionOptions, asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
 from .state import STATE_KEY, PluginState, session_of, state_of
 
 if TYPE_CHECKING:
+    from ..gate.budget_file import BudgetFile
     from .session import EnergySession
 
 _BUDGETS_KEY = pytest.StashKey[list]()          # the test's energy_budget markers, parsed
 _OUTCOME_KEY = pytest.StashKey[Any]()           # the gate's outcome (gate.ci.GateOutcome)
 _SKIPPED_KEY = pytest.StashKey[list]()
 _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while generating tests
+_DESELECTED_KEY = pytest.StashKey[list]()        # node ids -k/-m deselected (a budgets file may name them)
 _WORKER_OUTPUT = "gpuenergy_cases"
 _WORKER_ERRORS = "gpuenergy_errors"
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
-_KNOBS = (POWER_KNOB, CLOCK_KNOB)
+_KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
 _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
 
@@ -89,10 +93,12 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
         placement, problem = Placement.from_environment(env={}), str(exc)   # only the plugin's users hear of it
     state = PluginState(options, gate_options, placement, _simulator_seed(config), asked,
-                        worker=hasattr(config, "workerinput"), unavailable=problem)
+                        worker=hasattr(config, "workerinput"), unavailable=problem, budget_file=_budget_file(options))
     config.stash[STATE_KEY] = state
     if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
+    if options.every_test:
+        config.pluginmanager.register(EveryTest(), "gpuenergy-every-test")
     if asked:
         state.start(usage_errors=True)
     elif not state.worker:
@@ -101,6 +107,17 @@ def pytest_configure(config: pytest.Config) -> None:
         if may_need_repair(options.backend):      # a run died with a GPU changed: put it back now
             state.start(usage_errors=False)
     signals.announce_with(_terminal_writer(config))
+
+
+def _budget_file(options: SessionOptions) -> BudgetFile | None:
+    if options.budgets_file is None:
+        return None
+    from ..gate.budget_file import load_budget_file
+
+    try:
+        return load_budget_file(options.budgets_file)
+    except SettingError as exc:
+        raise pytest.UsageError(f"--energy-budgets: {exc}") from None
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -195,11 +212,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> Iterator[None]:
     result = yield
     state = state_of(metafunc.config)
     if state is not None:
-        for knob, values in ((POWER_KNOB, state.options.caps), (CLOCK_KNOB, state.options.clocks)):
+        for knob, values in _knobs(state):
+            if knob is EVERY_TEST_KNOB and uses_plugin_fixture(metafunc.definition, "gpu_power_cap"):
+                continue                          # the test's own fixture holds its cap
             problem = knobs.parametrize(metafunc, knob, values)
             if problem is not None:
                 metafunc.config.stash.setdefault(_MARKER_ERRORS_KEY, []).append(problem)
     return result
+
+
+def _knobs(state: PluginState) -> list[tuple[Knob, tuple]]:
+    """The knobs tests run once per setting of, with the session's settings: a test that does not take
+    gpu_power_cap itself has its cap from ``--energy-all`` (each test takes one of the two at most)."""
+    found: list[tuple[Knob, tuple]] = [(POWER_KNOB, state.options.caps), (CLOCK_KNOB, state.options.clocks)]
+    if state.options.every_test:
+        found.append((EVERY_TEST_KNOB, state.options.caps))
+    return found
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -209,7 +237,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = state_of(config)
     if state is None:
         return
-    for knob, values in ((POWER_KNOB, state.options.caps), (CLOCK_KNOB, state.options.clocks)):
+    for knob, values in _knobs(state):
         knobs.keep_own_settings(items, knob, values)
     for item in items:
         try:
@@ -224,11 +252,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Tests that use the plugin's fixtures were collected: open the GPUs now, before the first of them
     runs, so that what the header would have said is said after the collection instead."""
     state = state_of(session.config)
-    if state is None or state.session is not None or state.unavailable is not None or session.config.option.collectonly:
+    if state is None or session.config.option.collectonly:
         return
-    if any(uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
+    if state.session is None and state.unavailable is None and any(
+            uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
         state.start(usage_errors=False)
         state.late = True
+    if state.budget_file is not None and state.session is not None:
+        deselected = session.config.stash.get(_DESELECTED_KEY, [])
+        keys = [file_key(item) for item in session.items] + [test_key(node_id) for node_id in deselected]
+        modules = {item.nodeid.split("::", 1)[0] for item in session.items}
+        for entry in state.budget_file.unknown_tests(keys, modules):
+            state.session.notices.append(f"{entry.where}: a budget for {entry.test}, which this session did not collect "
+                                         f"(renamed or removed? regenerate the file with gpuenergy budgets)")
+
+
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    if items:
+        items[0].config.stash.setdefault(_DESELECTED_KEY, []).extend(item.nodeid for item in items)
+
+
+def file_key(item: pytest.Item) -> str:
+    """The item's id without the plugin's settings: what a budgets file names it by."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    labels = [getattr(params.get(k.fixture), "label", None) for k in (POWER_KNOB, EVERY_TEST_KNOB, CLOCK_KNOB)]
+    return test_key(item.nodeid, *labels)
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
@@ -256,15 +304,18 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     session = session_of(item.config)
     if session is None:
         return (yield)
-    measures = uses_plugin_fixture(item, "energy_meter")
+    every_test = meter_of(item)             # --energy-all: the call phase is the region
+    measures = every_test is not None or uses_plugin_fixture(item, "energy_meter")
     session.begin_call(item.nodeid)
     with _each_example_a_call(item, session) if measures else contextlib.nullcontext():
-        result = yield
+        with every_test if every_test is not None else contextlib.nullcontext():
+            result = yield
         if measures:
             repeat = item.stash.get(SETTINGS_KEY, {}).get("repeat") or session.options.repeat
             for _ in range(repeat - 1):
                 session.begin_call(item.nodeid)
-                item.runtest()
+                with every_test if every_test is not None else contextlib.nullcontext():
+                    item.runtest()
     return result
 
 
@@ -313,7 +364,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         # The outcome of the test's own code: a budget miss is a valid figure that the gate must see.
         session.set_outcome(item.nodeid, _outcome_of(report))
         if report.passed:
-            failures = session.budget_failures(item.nodeid, budgets)
+            failures = session.budget_failures(item.nodeid, budgets, file_key(item) if session.budget_file else None)
             if failures:
                 report.outcome = "failed"
                 report.longrepr = "\n".join(failures)
@@ -423,7 +474,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     session = state.session if state is not None else None
     if state is None or session is None or not state.reports:
         return
-    from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, wrap  # only now
+    from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
     notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width)
@@ -438,6 +489,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     elif session.cases:
         cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items())]
         lines = session_lines(cases, width, session.outcomes()) + skipped_lines(skipped, width)
+    if session.options.top and session.cases:
+        cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items()) if record.outcome == PASSED]
+        lines += [""] + top_lines(cases, session.session_total(), session.options.top, width)
     for text in outcome.lines if outcome is not None else []:
         lines += wrap(text, width)
     for line in lines:

@@ -9,7 +9,7 @@ none of the plugin's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
 from ..gpu import signals
 
-_PLUGIN_MODULES = ("pytest_gpuenergy.plugin.fixtures", "pytest_gpuenergy.plugin.clocks")
+_PLUGIN_MODULES = ("pytest_gpuenergy.plugin.fixtures", "pytest_gpuenergy.plugin.clocks", "pytest_gpuenergy.plugin.every_test")
 _PARAMETER_SET = type(pytest.param(None))          # what pytest.param() returns
 
 
@@ -142,7 +142,7 @@ def _parametrised_by_hand(definition: Any, fixture: str) -> bool:
 
 
 def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, knob: Knob,
-                 activate: Callable[[Any], None]) -> Iterator[Any]:
+                 activate: Callable[[Any], None]) -> Generator[Any, None, None]:
     """Apply this case's setting with ``capper`` (or describe the GPUs as they are without one), yield
     the value, restore after. A setting outside the GPU's range skips the case and records why (the
     property reaches pytest-xdist's controller); any other failure fails the test in one line."""

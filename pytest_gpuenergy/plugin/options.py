@@ -39,6 +39,9 @@ class SessionOptions:
     min_time_s: float = DEFAULT_MIN_TIME_S
     repeat: int = 1
     lock_timeout_s: float = DEFAULT_TIMEOUT_S
+    every_test: bool = False            # --energy-all
+    top: int | None = None              # --energy-top
+    budgets_file: Path | None = None    # --energy-budgets
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,14 @@ OPTIONS = (
     Option("--gpu-devices", "list",
            "GPUs to cap and measure: indices or UUIDs as `gpuenergy info` lists them (default: all visible)",
            {"metavar": "GPUS"}),
+    Option("--energy-all", "bool",
+           "measure every test's call phase, with no test rewritten (tests that take energy_meter keep their own "
+           "regions); with --gpu-caps every test runs once per cap"),
+    Option("--energy-top", "int", "list the N tests that used the most energy, and the session's total GPU energy",
+           {"metavar": "N"}),
+    Option("--energy-budgets", "text",
+           "a TOML file of energy budgets per test, GPU model and cap (write one with `gpuenergy budgets`); "
+           "a test's energy_budget marker wins over it", {"metavar": "FILE"}),
     Option("--energy-min-time", "float",
            f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})",
            {"metavar": "SECONDS"}),
@@ -100,7 +111,7 @@ OPTIONS = (
 )
 _BY_INI = {option.ini: option for option in OPTIONS}
 # Settings whose presence asks the session for the GPUs before any test does (see ``asked_for_gpus``).
-_GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices")
+_GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices", "energy_all", "energy_top", "energy_budgets")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -146,7 +157,7 @@ def asked_for_gpus(config: pytest.Config, gate: GateOptions) -> bool:
     save, compare or report): then they are opened at the start, and any problem is a usage error.
     Otherwise the plugin stays out of the way until a test uses one of its fixtures."""
     reports = gate.save or gate.compare or gate.markdown or gate.html or gate.json   # not $GITHUB_STEP_SUMMARY alone
-    return any(setting(config, name) is not None for name in _GPU_REQUESTS) or bool(reports)
+    return any(setting(config, name) not in (None, False) for name in _GPU_REQUESTS) or bool(reports)
 
 
 def parse_settings(config: pytest.Config) -> SessionOptions:
@@ -166,7 +177,24 @@ def parse_settings(config: pytest.Config) -> SessionOptions:
         min_time_s=_number_setting(config, "energy_min_time", float, DEFAULT_MIN_TIME_S, minimum=0.0, maximum=MAX_MIN_TIME_S),
         repeat=_number_setting(config, "energy_repeat", int, 1, minimum=1, maximum=MAX_REPEAT),
         lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
+        every_test=bool(setting(config, "energy_all")),
+        top=_number_setting(config, "energy_top", int, None, minimum=1, maximum=1_000_000),
+        budgets_file=_path_setting(config, "energy_budgets"),
     )
+
+
+def _path_setting(config: pytest.Config, name: str) -> Path | None:
+    """A file setting: on the command line relative to where pytest was started, in the ini file
+    relative to that file's folder, as pytest's own paths are."""
+    value = setting(config, name)
+    if value is None:
+        return None
+    path = Path(str(value)).expanduser()
+    if path.is_absolute():
+        return path
+    typed = config.getoption(_BY_INI[name].dest) is not None
+    base = config.invocation_params.dir if typed else (config.inipath.parent if config.inipath else config.rootpath)
+    return base / path
 
 
 def _knob_setting(config: pytest.Config, name: str, parse: Any) -> tuple:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +33,8 @@ from ..meter.distributed import current_group
 from ..meter.region import PendingResult
 from ..meter.results import EnergyResult, GpuResult
 from ..runs import PASSED
-from ..runs.records import CaseEntry, node_id_of, split_region
+from ..runs.ids import node_id_of, split_region
+from ..runs.records import CaseEntry
 from .markers import NOTHING_MEASURED
 from .options import SessionOptions
 
@@ -62,6 +64,19 @@ class CaseRecord:
         return EnergyResult(per_gpu=tuple(per_gpu), notes=notes)
 
 
+@dataclass(frozen=True)
+class SessionTotal:
+    """The GPUs' energy over a whole session, as their counters tell it, with the bound of reading
+    a counter directly at both ends."""
+
+    ets_j: float
+    low_j: float
+    high_j: float
+    time_s: float
+    gpus: int
+    simulated: bool
+
+
 class EnergySession:
     def __init__(self, options: SessionOptions, placement: Placement | None = None, *, sim_seed: int | None = None) -> None:
         self.options = options
@@ -80,7 +95,9 @@ class EnergySession:
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.notices: list[str] = []           # for the end of the session: what the user should know
         self._pending: list[PendingResult] = []   # figures not worked out yet (see ``resolve``)
+        self._energy_at_start: tuple[float, dict[str, float | None]] = (time.monotonic(), {})
         self.errors: list[str] = []               # figures that could not be worked out after their test
+        self.budget_file: Any = None              # --energy-budgets (gate.budget_file.BudgetFile), loaded at start
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
@@ -122,6 +139,30 @@ class EnergySession:
                     if outcome.action in ("restored", "failed", "changed-since"):
                         self.repairs.append(outcome.message)
         self.limits = {gpu.uuid: retry_transient(gpu.limits, gpu.retry_backoff_s) for gpu in self.gpus}
+        self._energy_at_start = self._session_energy()
+
+    def _session_energy(self) -> tuple[float, dict[str, float | None]]:
+        backend = self._require_backend()
+        try:
+            return time.monotonic(), {gpu.uuid: backend.session_energy_mj(gpu) for gpu in self.gpus}
+        except pynvml.NVMLError:
+            return time.monotonic(), {}
+
+    def session_total(self) -> SessionTotal | None:
+        """The GPUs' energy over the session so far, from their counters (None without counters):
+        every test, and the time between and around them (setup, collection, idle)."""
+        if self.backend is None:
+            return None
+        started, before = self._energy_at_start
+        ended, after = self._session_energy()
+        drawn = [(gpu, before.get(gpu.uuid), after.get(gpu.uuid)) for gpu in self.gpus]
+        if not drawn or any(b is None or a is None for _, b, a in drawn):
+            return None
+        total_j = sum(a - b for _, b, a in drawn if a is not None and b is not None) / 1000.0
+        # Read directly, a counter is up to a period behind at each end: at most that much energy is missed or extra.
+        slack_j = sum(2 * 0.1 * self.limits[gpu.uuid].max_mw / 1000.0 for gpu, _, _ in drawn) if not self.backend.simulated else 0.0
+        return SessionTotal(total_j, max(total_j - slack_j, 0.0), total_j + slack_j, ended - started, len(drawn),
+                            self.backend.simulated)
 
     def finish(self, *, repair: bool = False) -> list[str]:
         """Restore anything still capped (a safety net behind the fixture); returns problems.
@@ -395,20 +436,28 @@ class EnergySession:
         return [c for key, c in self.cases.items() if node_id_of(key) == test_id]
 
     # -- budgets -------------------------------------------------------------------------------
-    def budget_failures(self, test_id: str, budgets: Sequence[Budget]) -> list[str]:
-        """One line per GPU and region that misses its budget (empty when all pass)."""
-        if not budgets:
-            return []
-        cases = self.cases_of(test_id)
-        if not cases:
+    def budget_failures(self, test_id: str, budgets: Sequence[Budget], file_key: str | None = None) -> list[str]:
+        """One line per GPU and region that misses its budget (empty when all pass): the test's
+        ``budgets`` (its markers), or without any, the budgets file's for ``file_key`` (the test's id
+        without its settings, ``gate.budget_file.test_key``) and each case's region."""
+        per_case = {case.test_id: list(budgets) or self._file_budgets(file_key, case.test_id) for case in self.cases_of(test_id)}
+        if not budgets and not any(per_case.values()):
+            return [] if per_case or not self._file_budgets(file_key, test_id) else [NOTHING_MEASURED]
+        if not per_case:
             return [NOTHING_MEASURED]
         lines = []
-        for case in cases:
+        for case in self.cases_of(test_id):
             for gpu in case.merged.per_gpu:
-                line = self._check_gpu(case.test_id, gpu, budgets)
+                line = self._check_gpu(case.test_id, gpu, per_case[case.test_id])
                 if line:
                     lines.append(line)
         return lines
+
+    def _file_budgets(self, file_key: str | None, case_id: str) -> list[Budget]:
+        if self.budget_file is None or file_key is None:
+            return []
+        region = split_region(case_id)[1]
+        return self.budget_file.budgets_for(file_key + (f"#{region}" if region is not None else ""))
 
     def _check_gpu(self, case_id: str, gpu: GpuResult, budgets: Sequence[Budget]) -> str | None:
         limits = self.limits.get(gpu.gpu_uuid)
@@ -428,10 +477,11 @@ class EnergySession:
         bound = ""
         if summary.ets_low_j is not None and summary.ets_high_j is not None and any(m.figure == "ETS" for m in misses):
             bound = f" (true ETS within {summary.ets_low_j:.4g}-{summary.ets_high_j:.4g} J)"
+        where = f"; budget from {budget.source}" if budget.source else ""
         return (
             f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)}{bound} "
             f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap_label} "
-            f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)})"
+            f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)}{where})"
         )
 
     def _require_backend(self) -> Backend:

@@ -19,6 +19,7 @@ from ..gate.settings import GateOptions
 from .options import SessionOptions
 
 if TYPE_CHECKING:
+    from ..gate.budget_file import BudgetFile
     from ..gate.ci import EnergyGate
     from ..gpu.placement import Placement
     from .session import EnergySession
@@ -39,6 +40,7 @@ class PluginState:
     unavailable: str | None = None       # why the GPUs cannot be used (every fixture says it)
     session: EnergySession | None = None
     late: bool = False                   # opened after the collection, not at configure
+    budget_file: BudgetFile | None = None    # --energy-budgets, read at configure
     _gate: EnergyGate | None = None
 
     @property
@@ -72,6 +74,7 @@ class PluginState:
                 raise pytest.UsageError(str(exc)) from None
             self.unavailable = str(exc)
             return None
+        session.budget_file = self.budget_file
         self.session = session
         if self.reports and self.gate_options.compare and session.backend is not None:
             try:

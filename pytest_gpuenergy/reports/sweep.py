@@ -31,7 +31,8 @@ from ..gate.records import THRESHOLD_ONLY, MetricChange
 from ..gate.settings import DEFAULT_CONFIDENCE
 from ..gate.verdicts import IMPROVEMENT, REGRESSION, interval_text, pct_text
 from ..metrics import METRIC_FIELDS
-from ..runs.records import CaseEntry, RunDocument, split_region
+from ..runs.ids import split_region
+from ..runs.records import CaseEntry, RunDocument
 from .numbers import cap_sort_key
 
 OPTIMISED = ("ets", "edp")           # the metrics a cap is chosen for

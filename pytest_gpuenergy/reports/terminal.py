@@ -12,6 +12,7 @@ import shutil
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..gate.records import Comparison
 from ..meter.results import EnergyResult
@@ -310,3 +311,47 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
                       f"{'they' if count != 1 else 'it'} ran once, at the GPU's current setting; take the fixture as "
                       f"an argument of a test function instead: {', '.join(tests[:5])}{' ...' if count > 5 else ''}", width)
     return lines
+
+
+def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int, width: int | None = None) -> list[str]:
+    """``--energy-top``: the session's GPU energy (``total``: ``plugin.session.SessionTotal`` or None)
+    and the ``count`` tests that used the most of it in their measured regions (every call of every
+    repetition: a test's ETS per call times its calls), with the bound and the share of the total."""
+    width = width or terminal_width()
+    used = []
+    for case_id, result in cases:
+        energy = sum(rep.ets_j * rep.calls for rep in result.repetitions)
+        low = sum((rep.ets_low_j if rep.ets_low_j is not None else rep.ets_j) * rep.calls for rep in result.repetitions)
+        high = sum((rep.ets_high_j if rep.ets_high_j is not None else rep.ets_j) * rep.calls for rep in result.repetitions)
+        used.append((energy, low, high, case_id, result))
+    measured_j = sum(u[0] for u in used)
+    lines = []
+    mark = SIM_MARK if any(r.simulated for *_, r in used) or (total is not None and total.simulated) else ""
+    if total is not None:
+        lines += wrap(f"GPU energy over the session: {si(total.ets_j, 'J')} ({_kwh(total.ets_j)}; "
+                      f"{si(total.low_j, 'J')}-{si(total.high_j, 'J')}) on {total.gpus} GPU{'s' if total.gpus != 1 else ''} "
+                      f"in {total.time_s:.1f} s{mark}; {si(measured_j, 'J')} "
+                      f"({_share(measured_j, total.ets_j)}) in the measured regions of {len(used)} cases, the rest "
+                      f"between and around them (setup, collection, idle)", width)
+    else:
+        lines += wrap(f"GPU energy in the measured regions of {len(used)} cases: {si(measured_j, 'J')}{mark} "
+                      f"(the session's total needs the GPUs' energy counters)", width)
+    heaviest = sorted(used, key=lambda u: (-u[0], u[3]))[:count]
+    if not heaviest:
+        return lines
+    lines.append(f"the {len(heaviest)} cases that used the most energy:")
+    base = total.ets_j if total is not None else measured_j
+    rows = [[case_id, result.per_gpu[0].cap_label, si(energy, "J"), f"{si(low, 'J')}-{si(high, 'J')}", _share(energy, base),
+             str(sum(rep.calls for rep in result.repetitions))]
+            for energy, low, high, case_id, result in heaviest]
+    columns = (Column("test", elide=True), Column("cap", drop=3), Column("energy", right=True),
+               Column("bound", right=True, drop=1), Column("share", right=True), Column("calls", right=True, drop=2))
+    return lines + fit_table(columns, rows, width)
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f} %" if whole > 0 else "-"
+
+
+def _kwh(joules: float) -> str:
+    return f"{joules / 3.6e6:.3g} kWh"

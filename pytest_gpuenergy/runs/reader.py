@@ -12,7 +12,8 @@ from typing import Any, Literal, overload
 from ..errors import JsonInputError, StorageError
 from ..meter.results import Repetition
 from . import OUTCOMES, PASSED
-from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none, node_id_of
+from .ids import node_id_of
+from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none
 from .validation import figure_problem, parse_json, shown
 
 # -- reading -------------------------------------------------------------------------------------

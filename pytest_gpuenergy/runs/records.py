@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,11 +63,11 @@ from typing import Any
 
 from ..meter.results import GpuResult, Repetition, Summary
 from . import PASSED
+from .ids import node_id_of
 
 FORMAT = "pytest-gpuenergy-run"
 VERSION = 3   # 3: cases carry their test's outcome; 2: repetitions carry the bound of their ETS; 1 and 2 are still read
 
-_REGION_SUFFIX = re.compile(r"(.+)#(\d+)")
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -272,21 +271,6 @@ def model_text(gpu_model: str) -> str:
 def model_label(gpu_model: str, backend: str, simulated: bool) -> str:
     """``NVIDIA H100 80GB HBM3 [nvml]`` / ``... (simulated) [sim]``: a run's model in titles."""
     return f"{with_origin(gpu_model, simulated)} [{backend}]"
-
-
-def split_region(case_id: str) -> tuple[str, int | None]:
-    """A case id as (test node id, n) for a test's n-th measured region (``...::test_x[60%]#2``),
-    or (case id, None) without a region suffix. The one reader of the ``#n`` suffix."""
-    match = _REGION_SUFFIX.fullmatch(case_id)
-    if match and not match.group(1).endswith("::"):
-        return match.group(1), int(match.group(2))
-    return case_id, None
-
-
-def node_id_of(case_id: str) -> str:
-    """The test's node id: the case id without the ``#n`` of a test's n-th measured region."""
-    node_id, region = split_region(case_id)
-    return node_id if region is not None and region >= 2 else case_id
 
 
 # -- small helpers ---------------------------------------------------------------------------------

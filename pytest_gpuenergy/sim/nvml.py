@@ -467,6 +467,20 @@ class SimulatedNvml:
                     device.pending_cpu_s = 0.0     # gathered outside what was to count
             self.counts_cpu = counting
 
+    def simWallEnergyMj(self, handle: SimDeviceHandle) -> float:
+        """The energy the GPU drew since its state began, on the host's wall clock: its idle power over
+        the wall time, plus the work every process committed (and this one's not committed yet).
+
+        A session's tests each run in a virtual world of their own, whose time is no wall time; this
+        is what a real counter would show across the whole session (setup, collection, idle between
+        tests included), for the session's total (``--energy-top``)."""
+        with self._lock:
+            device = self._device(handle)
+            device.advance()
+            state = device.state_file.read()
+            own_mj = max(device.timeline.dynamic_mj_at(device.last_seen) - device.own_committed_mj, 0.0)
+            return device.spec.idle_w * (self.wall_now() - state.created_at) * 1000.0 + state.dynamic_mj + own_mj
+
     def simBeginTest(self, test_id: str, indices: Sequence[int] = ()) -> None:
         """A test starts: its figures must depend on the test and the seed only, whatever ran before it
         (the order, ``-k``, the pytest-xdist worker). Its noise is drawn for the test alone; on the

@@ -1,0 +1,57 @@
+"""``--energy-all``: every test's call phase is one measured region, with no test rewritten.
+
+Registered as a plugin of its own only when the option is on, so that a session without it pays
+nothing: its autouse fixture holds the test's GPUs (as the plugin's fixtures do), applies the
+case's power cap where the test does not take ``gpu_power_cap`` itself (with ``--gpu-caps`` every
+test runs once per cap), and gives the test a meter whose region ``hooks.pytest_runtest_call``
+opens and closes around the call. A test that takes ``energy_meter`` keeps its own regions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..gpu.specs import parse_caps
+from .fixtures import SETTINGS_KEY, test_session
+from .knobs import Knob, held_setting, uses_plugin_fixture
+
+if TYPE_CHECKING:
+    from ..meter import EnergyMeter
+
+FIXTURE = "_gpuenergy_every_test"
+# The power cap of a test that does not take gpu_power_cap: the same marker and option, another fixture.
+EVERY_TEST_KNOB = Knob(FIXTURE, "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
+METER_KEY = pytest.StashKey["EnergyMeter"]()
+
+
+class EveryTest:
+    """The plugin object ``--energy-all`` registers (its fixture is found on it)."""
+
+    @pytest.fixture(autouse=True)
+    def _gpuenergy_every_test(self, request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Iterator[None]:
+        session = test_session(request)
+        setting = None
+        if not uses_plugin_fixture(request.node, "gpu_power_cap"):
+            setting = held_setting(request, session, session.capper(), EVERY_TEST_KNOB,
+                                   lambda cap: setattr(session, "active_cap", cap))
+            next(setting)                       # the cap applied (or the GPUs described as they are)
+        try:
+            if not uses_plugin_fixture(request.node, "energy_meter"):
+                settings = request.node.stash.get(SETTINGS_KEY, {})
+                request.node.stash[METER_KEY] = session.meter(
+                    request.node.nodeid, compute_bound=settings.get("compute_bound"),
+                    min_time_s=settings.get("min_time"), work=settings.get("work"))
+            yield
+        finally:
+            if METER_KEY in request.node.stash:
+                del request.node.stash[METER_KEY]
+            if setting is not None:
+                setting.close()                 # the limit back (a failure to restore fails the test)
+
+
+def meter_of(item: pytest.Item) -> EnergyMeter | None:
+    """The meter ``--energy-all`` gave this test, if it measures the test's call phase."""
+    return item.stash.get(METER_KEY, None)
