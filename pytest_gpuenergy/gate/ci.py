@@ -53,8 +53,10 @@ class EnergyGate:
 
     def finish(self, cases: Sequence[tuple[str, EnergyResult]], *, machine: dict[str, Any],
                commit: dict[str, Any] | None, run_options: dict[str, Any],
-               outcomes: Mapping[str, str] | None = None) -> GateOutcome:
-        """Compare, save and report the session's cases (``outcomes``: how each case's test ended)."""
+               outcomes: Mapping[str, str] | None = None,
+               update_run: Callable[[dict[str, Any]], None] | None = None) -> GateOutcome:
+        """Compare, save and report the session's cases (``outcomes``: how each case's test ended;
+        ``update_run``: changes a document's JSON before it is saved, the teams' hook)."""
         outcome = GateOutcome()
         if not cases:
             if self.options.active:
@@ -64,7 +66,7 @@ class EnergyGate:
         outcome.documents = build_documents(cases, machine=machine, options=run_options, commit=commit, outcomes=outcomes)
         try:
             self._compare(outcome)
-            self._save(outcome)
+            self._save(outcome, update_run)
         except StorageError as exc:
             outcome.errors.append(str(exc))
         self._write_reports(outcome)
@@ -79,11 +81,11 @@ class EnergyGate:
             )
             outcome.comparisons.append(comparison)   # the terminal shows it at its own width
 
-    def _save(self, outcome: GateOutcome) -> None:
+    def _save(self, outcome: GateOutcome, update_run: Callable[[dict[str, Any]], None] | None = None) -> None:
         if not self.options.save:
             return
         for doc in outcome.documents:
-            path = self.store.save(doc)
+            path = self.store.save(doc, update=update_run)
             outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
 
     def _write_reports(self, outcome: GateOutcome, *, job_summary: bool = True) -> None:

@@ -78,6 +78,7 @@ class Gpu:
         self.uuid = _text(nvml.nvmlDeviceGetUUID(self.handle))
         self._has_counter: bool | None = None
         self._power_source: str | None = None
+        self._mig: bool | None = None
 
     def __repr__(self) -> str:
         return f"Gpu({self.index}, {self.name!r})"
@@ -159,11 +160,14 @@ class Gpu:
         return sorted({int(p.pid) for p in found})
 
     def mig_enabled(self) -> bool:
-        try:
-            current, _pending = self.nvml.nvmlDeviceGetMigMode(self.handle)
-        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-            return False
-        return current == pynvml.NVML_DEVICE_MIG_ENABLE
+        """Whether the GPU is split into MIG slices (asked once: changing it needs a GPU reset)."""
+        if self._mig is None:
+            try:
+                current, _pending = self.nvml.nvmlDeviceGetMigMode(self.handle)
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+                current = None
+            self._mig = current == pynvml.NVML_DEVICE_MIG_ENABLE
+        return self._mig
 
     def lost_error(self, while_doing: str = "") -> GpuLostError:
         """The one message for a GPU that stopped answering, whoever noticed it."""

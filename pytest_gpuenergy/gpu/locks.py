@@ -25,6 +25,7 @@ from .signals import announce
 
 DEFAULT_TIMEOUT_S = 3600.0
 _POLL_S = 0.05
+_OWNER_BYTES = 32       # the lock file's one line: "pid N", padded
 _SAY_AFTER_S = 2.0      # a wait longer than this is said on the terminal (whose lock, how to stop)
 
 
@@ -67,8 +68,9 @@ def _acquire(path: Path, timeout_s: float) -> None:
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}\n".encode())
+    # The holder's pid, over whatever the last holder wrote: a fixed-width record needs no truncation
+    # (ftruncate costs 0.4 ms on some file systems, and every test takes the lock).
+    os.pwrite(fd, f"pid {os.getpid()}".ljust(_OWNER_BYTES - 1).encode() + b"\n", 0)
     with _mutex:
         _registry[path] = _Held(fd)
 

@@ -158,6 +158,12 @@ class TickLearner:
             and self.lattice.error_at(moment) <= within_s
         )
 
+    def copy(self) -> TickLearner:
+        """An independent learner that knows what this one knows (brackets and lattices are frozen)."""
+        twin = TickLearner(self.nominal_period_s)
+        twin.brackets, twin.lattice, twin.misses = list(self.brackets), self.lattice, self.misses
+        return twin
+
     def hit(self) -> None:
         self.misses = 0
 

@@ -14,7 +14,6 @@ in four, just before it too, to follow the clock's drift): two reads per 100 ms 
 from __future__ import annotations
 
 import bisect
-import copy
 import os
 import random
 import sys
@@ -100,12 +99,12 @@ class Recorder:
     # -- a copy of what it learned (a simulator's virtual clock only) ------------------------------
     def state(self, taken_at: float) -> RecorderState:
         with self.changed:
-            return RecorderState(taken_at, copy.deepcopy(self.learner), tuple(self._reads), self._jitter.getstate(),
+            return RecorderState(taken_at, self.learner.copy(), tuple(self._reads), self._jitter.getstate(),
                                  self._since_refresh)
 
     def take(self, state: RecorderState) -> None:
         """Start from ``state`` instead of learning (before the driver starts)."""
-        self.learner = copy.deepcopy(state.learner)
+        self.learner = state.learner.copy()
         self._reads = list(state.reads)
         self._jitter.setstate(state.jitter)
         self._since_refresh = state.since_refresh

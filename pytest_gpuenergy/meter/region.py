@@ -149,6 +149,14 @@ class PendingResult:
         self._build: Callable[[bool], EnergyResult | None] | None = build
         self._result: EnergyResult | None = None
         self._error: BaseException | None = None
+        self._then: list[Callable[[EnergyResult], None]] = []
+
+    def then(self, callback: Callable[[EnergyResult], None]) -> None:
+        """Call ``callback`` with the result once it is worked out (now, if it is already)."""
+        if self._result is not None:
+            callback(self._result)
+        else:
+            self._then.append(callback)
 
     @classmethod
     def of(cls, result: EnergyResult) -> PendingResult:
@@ -180,6 +188,9 @@ class PendingResult:
             if result is None:
                 return None
             self._build, self._result = None, result
+            callbacks, self._then = self._then, []
+            for callback in callbacks:
+                callback(result)
         if self._error is not None:
             raise self._error
         return self._result

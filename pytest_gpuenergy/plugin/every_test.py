@@ -34,7 +34,8 @@ class EveryTest:
     def _gpuenergy_every_test(self, request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Iterator[None]:
         session = test_session(request)
         setting = None
-        if not uses_plugin_fixture(request.node, "gpu_power_cap"):
+        caps_apply = hasattr(request, "param") or session.options.caps or request.node.get_closest_marker("gpu_caps")
+        if caps_apply and not uses_plugin_fixture(request.node, "gpu_power_cap"):
             setting = held_setting(request, session, session.capper(), EVERY_TEST_KNOB,
                                    lambda cap: setattr(session, "active_cap", cap))
             next(setting)                       # the cap applied (or the GPUs described as they are)

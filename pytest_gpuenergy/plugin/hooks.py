@@ -54,6 +54,12 @@ _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
 # -- lifetime --------------------------------------------------------------------------------------
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Under torchrun every rank is a pytest session of its own, and each would write pytest's
@@ -93,7 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
         placement, problem = Placement.from_environment(env={}), str(exc)   # only the plugin's users hear of it
     state = PluginState(options, gate_options, placement, _simulator_seed(config), asked,
-                        worker=hasattr(config, "workerinput"), unavailable=problem, budget_file=_budget_file(options))
+                        worker=hasattr(config, "workerinput"), unavailable=problem, budget_file=_budget_file(options),
+                        on_result=lambda case_id, result: config.hook.pytest_gpuenergy_result(
+                            config=config, case_id=case_id, result=result))
     config.stash[STATE_KEY] = state
     if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
@@ -301,6 +309,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """With repetitions, call a measuring test several times (fixtures are set up once)."""
+    with _benchmark_measured(item):
+        return (yield from _measured_call(item))
+
+
+def _measured_call(item: pytest.Item) -> Generator[None, Any, Any]:
     session = session_of(item.config)
     if session is None:
         return (yield)
@@ -317,6 +330,32 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
                 with every_test if every_test is not None else contextlib.nullcontext():
                     item.runtest()
     return result
+
+
+@contextlib.contextmanager
+def _benchmark_measured(item: pytest.Item) -> Iterator[None]:
+    """A test that takes pytest-benchmark's ``benchmark``: its rounds are measured and their energy per
+    call written into ``benchmark.extra_info`` (``bridges.benchmark``), on the test's GPUs."""
+    fixture = getattr(item, "funcargs", {}).get("benchmark")
+    if fixture is None or not type(fixture).__module__.startswith("pytest_benchmark") or not getattr(fixture, "enabled", True):
+        yield
+        return
+    state = state_of(item.config)
+    session = state.start(usage_errors=False) if state is not None else None
+    if session is None:
+        yield
+        return
+    from ..bridges.benchmark import MeasuredBenchmark
+
+    lease = contextlib.nullcontext() if session.leased else session.lease(1, item.nodeid)
+    with lease:
+        settings = item.stash.get(SETTINGS_KEY, {})
+        meter = session.meter(item.nodeid, compute_bound=settings.get("compute_bound"), work=settings.get("work"), record=False)
+        item.funcargs["benchmark"] = MeasuredBenchmark(fixture, meter)    # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            item.funcargs["benchmark"] = fixture                          # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -402,12 +441,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from ..runs.provenance import collect_commit_info, collect_machine_info  # (only a session that measured needs them)
 
+    machine = collect_machine_info(energy.backend, energy.gpus)
+    config.hook.pytest_gpuenergy_update_machine_info(config=config, machine_info=machine)
     outcome = state.gate().finish(
         [(case_id, record.merged) for case_id, record in sorted(energy.cases.items())],
-        machine=collect_machine_info(energy.backend, energy.gpus),
+        machine=machine,
         commit=collect_commit_info(config.rootpath),
         run_options=_run_options(config, energy),
         outcomes=energy.outcomes(),
+        update_run=lambda run: config.hook.pytest_gpuenergy_update_run(config=config, run=run),
     )
     outcome.errors += [f"a figure could not be worked out: {problem}" for problem in energy.errors]
     config.stash[_OUTCOME_KEY] = outcome

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,6 +88,7 @@ class EnergySession:
         self.limits: dict[str, PowerLimits] = {}
         self.journal: Journal | None = None
         self.cases: dict[str, CaseRecord] = {}
+        self._case_ids: dict[str, list[str]] = {}     # test id -> its cases' ids (regions in order)
         self.active_cap: PowerCap | None = None
         self.active_clock: ClockCap | None = None
         self.clock_journal: ClockJournal | None = None
@@ -98,6 +99,7 @@ class EnergySession:
         self._energy_at_start: tuple[float, dict[str, float | None]] = (time.monotonic(), {})
         self.errors: list[str] = []               # figures that could not be worked out after their test
         self.budget_file: Any = None              # --energy-budgets (gate.budget_file.BudgetFile), loaded at start
+        self.on_result: Callable[[str, EnergyResult], None] | None = None   # each case's figures, once worked out
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
@@ -324,7 +326,9 @@ class EnergySession:
         return context
 
     def meter(self, test_id: str, *, compute_bound: float | None = None, min_time_s: float | None = None,
-              work: Any = None) -> EnergyMeter:
+              work: Any = None, record: bool = True) -> EnergyMeter:
+        """A meter on the running test's GPUs whose results are the test's cases (unless ``record`` is
+        off: a bridge that writes its figures elsewhere, pytest-benchmark's ``extra_info``)."""
         backend = self._require_backend()
         return EnergyMeter(
             backend,
@@ -332,16 +336,21 @@ class EnergySession:
             cap_context=self.cap_context,
             compute_bound=compute_bound,
             min_time_s=self.options.min_time_s if min_time_s is None else min_time_s,
-            on_result=lambda result: self.record(test_id, result),
+            on_result=(lambda result: self.record(test_id, result)) if record else None,
             work=work,
             rank_group=current_group,
         )
 
+    @property
+    def leased(self) -> bool:
+        """Whether a test holds its GPUs now (``lease``)."""
+        return bool(self.held)
+
     def begin_attempt(self, test_id: str) -> None:
         """A test (re)starts from its setup: what an earlier attempt measured is dropped (a rerun of a
         flaky test, pytest-rerunfailures, must not average its failed attempts into the case)."""
-        for case_id in [key for key in self.cases if node_id_of(key) == test_id]:
-            del self.cases[case_id]
+        for case_id in self._case_ids.pop(test_id, []):
+            self.cases.pop(case_id, None)
         self.begin_call(test_id)
 
     def begin_call(self, test_id: str) -> None:
@@ -352,7 +361,10 @@ class EnergySession:
         number = self._regions_in_call.get(test_id, 0) + 1
         self._regions_in_call[test_id] = number
         case_id = test_id if number == 1 else f"{test_id}#{number}"
-        self.cases.setdefault(case_id, CaseRecord(case_id)).results.append(result)
+        self._case(case_id).results.append(result)
+        if self.on_result is not None:
+            on_result = self.on_result
+            result.then(lambda figures: on_result(case_id, figures))
         if not result.resolved:
             self._pending.append(result)
 
@@ -380,6 +392,15 @@ class EnergySession:
             record.results = [p for p in record.results if not _failed(p)]
             if not record.results:
                 del self.cases[case_id]
+                self._case_ids[node_id_of(case_id)].remove(case_id)
+
+    def _case(self, case_id: str) -> CaseRecord:
+        """The case's record, made (and indexed by its test) if it is new."""
+        record = self.cases.get(case_id)
+        if record is None:
+            record = self.cases[case_id] = CaseRecord(case_id)
+            self._case_ids.setdefault(node_id_of(case_id), []).append(case_id)
+        return record
 
     def coarse_cases(self) -> list[str]:
         """The cases with a region too short for its bound to say much (their figures worked out)."""
@@ -406,7 +427,7 @@ class EnergySession:
         """Add a worker's cases (see ``export_cases``); a case id is never measured by two workers."""
         for case_id, data in json.loads(exported):
             entries = [CaseEntry.from_json(entry, "a pytest-xdist worker's results") for entry in data]
-            record = self.cases.setdefault(case_id, CaseRecord(case_id))
+            record = self._case(case_id)
             record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entry.to_gpu_result() for entry in entries))))
             record.outcome = entries[0].outcome if entries else PASSED
 
@@ -433,7 +454,7 @@ class EnergySession:
         return properties
 
     def cases_of(self, test_id: str) -> list[CaseRecord]:
-        return [c for key, c in self.cases.items() if node_id_of(key) == test_id]
+        return [self.cases[case_id] for case_id in self._case_ids.get(test_id, [])]
 
     # -- budgets -------------------------------------------------------------------------------
     def budget_failures(self, test_id: str, budgets: Sequence[Budget], file_key: str | None = None) -> list[str]:

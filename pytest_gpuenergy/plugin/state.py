@@ -9,8 +9,9 @@ says a GPU was left changed (``start``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,6 +42,7 @@ class PluginState:
     session: EnergySession | None = None
     late: bool = False                   # opened after the collection, not at configure
     budget_file: BudgetFile | None = None    # --energy-budgets, read at configure
+    on_result: Callable[[str, Any], None] | None = None   # the teams' hook, given every result
     _gate: EnergyGate | None = None
 
     @property
@@ -75,6 +77,7 @@ class PluginState:
             self.unavailable = str(exc)
             return None
         session.budget_file = self.budget_file
+        session.on_result = self.on_result
         self.session = session
         if self.reports and self.gate_options.compare and session.backend is not None:
             try:

@@ -4,11 +4,12 @@ never overwritten; documents built from a session; the runs of a model, newest l
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,21 @@ class RunStore:
             raise StorageError(f"run {doc.run_id!r} would be written outside {self.folder}; refusing")
         return path
 
-    def save(self, doc: RunDocument, *, overwrite: bool = False) -> Path:
-        """Write ``doc`` atomically; an existing file is kept unless ``overwrite`` is asked for."""
+    def save(self, doc: RunDocument, *, overwrite: bool = False,
+             update: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        """Write ``doc`` atomically; an existing file is kept unless ``overwrite`` is asked for.
+        ``update`` may change the document's JSON first (the teams' hook); the result must still be a
+        valid document, or nothing is written."""
         path = self.path_for(doc)
+        data = doc.to_json()
+        if update is not None:
+            update(data)
+            try:
+                RunDocument.from_json(json.loads(json.dumps(data, allow_nan=False)), "the run document as pytest_gpuenergy_update_run left it")
+            except (TypeError, ValueError) as exc:
+                raise StorageError(f"the run document as pytest_gpuenergy_update_run left it is not JSON: {exc}") from None
         try:
-            atomic_write_json(path, doc.to_json(), overwrite=overwrite)
+            atomic_write_json(path, data, overwrite=overwrite)
         except FileExistsError:
             raise StorageError(
                 f"{path} already exists: run {doc.run_id} was saved before; nothing was overwritten "

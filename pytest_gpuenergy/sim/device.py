@@ -54,7 +54,9 @@ class SimDevice:
         self.last_cpu = owner.cpu_clock()
         self.pending_cpu_s = 0.0             # virtual clock: CPU-proxy work not yet queued
         self.own_committed_mj = 0.0
+        self.carried_mj = 0.0                # energy above idle of earlier tests' worlds, not committed yet
         self.last_commit = now
+        self.last_commit_wall = owner.wall_now()
         self.region_time_factor = 1.0
         self.region_power_factor = 1.0
         # What its noise, its ticks' phase and its sensor's jitter are drawn from: its index, or within
@@ -150,7 +152,8 @@ class SimDevice:
     def restart(self, test_id: str, slot: int) -> None:
         """A new test starts at the virtual clock's start, on an idle GPU (``simBeginTest``), as the
         test's ``slot``-th GPU: nothing of what earlier tests ran shows, and what it draws depends on
-        the test and the slot alone."""
+        the test and the slot alone. The energy of the world that ends is carried to the next commit."""
+        self.carried_mj = self.unsaved_mj()
         self._set_phases(random.Random(f"phase/{slot}"))
         now = self.owner.clock.now()
         self.timeline = Timeline(now)
@@ -176,11 +179,15 @@ class SimDevice:
             self.region_time_factor = math.exp(self._region_rng.gauss(0.0, cv))
             self.region_power_factor = math.exp(self._region_rng.gauss(0.0, cv))
 
+    def unsaved_mj(self) -> float:
+        """This process's energy above idle not yet in the GPU's state file."""
+        return max(self.timeline.dynamic_mj_at(self.last_seen) - self.own_committed_mj, 0.0) + self.carried_mj
+
     def commit(self) -> GpuState:
         """Add this process's energy above idle to the GPU's state file (other processes read it)."""
         now = self.last_seen
-        pending = self.timeline.dynamic_mj_at(now) - self.own_committed_mj
-        self.last_commit = now
+        pending = self.unsaved_mj()
+        self.last_commit, self.last_commit_wall = now, self.owner.wall_now()
         if pending <= 0:
             return self.state_file.read()
         wall, pid = self.owner.wall_now(), os.getpid()
@@ -190,7 +197,8 @@ class SimDevice:
             return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((wall, pid, pending),))
 
         state = self.state_file.update(add, durable=False)
-        self.own_committed_mj += pending
+        self.own_committed_mj += pending - self.carried_mj
+        self.carried_mj = 0.0
         return state
 
     # -- what NVML shows ---------------------------------------------------------------------------
