@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ FORMAT = "pytest-gpuenergy-budgets"
 VERSION = 2        # version 1 is the reference workloads' own JSON (reference_workloads/budgets.json)
 _FIGURES = ("ets_j", "edp_js", "time_s")
 _KEYS = ("test", "gpu", "cap", *_FIGURES)
-_TABLE = re.compile(r"^\s*\[\[\s*budget\s*\]\]", re.MULTILINE)
+_TABLE = re.compile(r"^[ \t]*\[\[[ \t]*budget[ \t]*\]\]", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -102,43 +102,55 @@ def load_budget_file(path: Path) -> BudgetFile:
         raise SettingError(f"{path}: budget must be [[budget]] tables")
     entries: list[FileBudget] = []
     seen: dict[tuple[str, str | None, Any], str] = {}
+    text_lines = text.splitlines()
     for index, table in enumerate(tables):
-        where = f"{path}:{lines[index] if index < len(lines) else '?'}"
-        entry = _entry(table, where)
+        start = lines[index] if index < len(lines) else 1
+        end = lines[index + 1] if index + 1 < len(lines) else len(text_lines) + 1
+
+        def at(key: str | None, start: int = start, end: int = end) -> str:
+            """``path:line`` of ``key`` in this table (of the table's header without a key)."""
+            for number in range(start, end):
+                if key is not None and re.match(rf"\s*{re.escape(key)}\s*=", text_lines[number - 1]):
+                    return f"{path}:{number}"
+            return f"{path}:{start}"
+
+        entry = _entry(table, at)
         key = (entry.test, entry.budget.gpu, entry.budget.cap)
         if key in seen:
-            raise SettingError(f"{where}: a second budget for {entry.test} on {entry.budget.gpu} at "
+            raise SettingError(f"{entry.where}: a second budget for {entry.test} on {entry.budget.gpu} at "
                                f"{entry.budget.cap.label if entry.budget.cap else 'any cap'} (the first is at {seen[key]})")
-        seen[key] = where
+        seen[key] = entry.where
         entries.append(entry)
     return BudgetFile(path, entries)
 
 
-def _entry(table: Any, where: str) -> FileBudget:
+def _entry(table: Any, at: Callable[[str | None], str]) -> FileBudget:
+    """One ``[[budget]]`` checked; ``at(key)`` says where a key (or, for None, the table) stands."""
     if not isinstance(table, dict):
-        raise SettingError(f"{where}: a [[budget]] must be a table")
+        raise SettingError(f"{at(None)}: a [[budget]] must be a table")
     unknown = sorted(set(table) - set(_KEYS))
     if unknown:
-        raise SettingError(f"{where}: unknown key {unknown[0]!r} in [[budget]]; allowed: {', '.join(_KEYS)}")
+        raise SettingError(f"{at(unknown[0])}: unknown key {unknown[0]!r} in [[budget]]; allowed: {', '.join(_KEYS)}")
     for key in ("test", "gpu"):
         if not isinstance(table.get(key), str) or not table[key].strip():
-            raise SettingError(f"{where}: [[budget]] needs {key} = \"...\" (got {shown(table.get(key))})")
+            raise SettingError(f"{at(key if key in table else None)}: [[budget]] needs {key} = \"...\" (got {shown(table.get(key))})")
     figures = {}
     for key in _FIGURES:
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_BUDGET \
                     or not math.isfinite(value):
-                raise SettingError(f"{where}: {key} must be a positive number, got {shown(value)}")
+                raise SettingError(f"{at(key)}: {key} must be a positive number, got {shown(value)}")
             figures[key] = float(value)
     if not figures:
-        raise SettingError(f"{where}: [[budget]] needs at least one of {', '.join(_FIGURES)}")
+        raise SettingError(f"{at(None)}: [[budget]] needs at least one of {', '.join(_FIGURES)}")
     cap = None
     if "cap" in table:
         try:
             cap = parse_cap(str(table["cap"]), source="cap")
         except CapSyntaxError as exc:
-            raise SettingError(f"{where}: {exc}") from None
+            raise SettingError(f"{at('cap')}: {exc}") from None
+    where = at(None)
     budget = Budget(ets_j=figures.get("ets_j"), edp_js=figures.get("edp_js"), time_s=figures.get("time_s"),
                     gpu=table["gpu"], exact_gpu=True, cap=cap, source=where)
     return FileBudget(table["test"], budget, where)
@@ -152,9 +164,10 @@ def _line_of(text: str, key: str) -> int:
 # -- writing one from a run ------------------------------------------------------------------------------
 
 def budgets_from_run(doc: Any, margin: float) -> list[dict[str, Any]]:
-    """One budget per passed case and GPU of a run document: the figure plus ``margin`` (0.1: 10 %),
-    never below the upper end of the meter's bound on it (a region's figure is only as exact as
-    its bound: a budget below the bound's top could fail the very run it came from)."""
+    """One budget per passed case and GPU of a run document: ETS and T plus ``margin`` (0.1: 10 %),
+    EDP (their product) plus the margin of both, ``(1 + margin)**2``; the ETS never below the upper
+    end of the meter's bound on it (a region's figure is only as exact as its bound: a budget below
+    the bound's top could fail the very run it came from)."""
     if not 0 <= margin <= 10:
         raise BudgetError(f"--margin={margin:g}: a margin is a share from 0 to 10 (0.1 or 10%)")
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -167,7 +180,7 @@ def budgets_from_run(doc: Any, margin: float) -> list[dict[str, Any]]:
         high = summary.ets_high_j if summary.ets_high_j is not None else summary.ets_j
         entry = {"test": test, "gpu": case.gpu_name, "cap": cap,
                  "ets_j": _round_up(max(summary.ets_j * (1 + margin), high)),
-                 "edp_js": _round_up(max(summary.edp_js * (1 + margin), high * summary.time_s)),
+                 "edp_js": _round_up(max(summary.edp_js * (1 + margin) ** 2, high * summary.time_s * (1 + margin))),
                  "time_s": _round_up(summary.time_s * (1 + margin))}
         key = (test, case.gpu_name, cap)
         previous = found.get(key)
