@@ -1,0 +1,101 @@
+"""What ``--energy-all`` adds to a suite's wall time: 600 short plain tests, and the main job.
+
+    python benchmarks/energy_all_overhead.py [--quick] [--pairs N]
+
+* **600 plain tests of about 5 ms each** (5 ms of CPU: on the simulated GPU the CPU time of a
+  measured region stands for GPU work), in one pytest process, with ``--energy-all`` and without it;
+* **the main job** (``pytest reference_workloads --gpu-caps=60%,80%,100%``, whose tests measure
+  with ``energy_meter`` already), with ``--energy-all`` and without it (not with ``--quick``).
+
+Each pair runs the two commands back to back in fresh processes, alternating which goes first
+(ABBA), and the figure is the median over the pairs of with / without - 1. The goals (issue 25):
+at most 10 % for the short tests, at most 2 % for the main job. The simulated GPU runs on its
+virtual clock: every test starts its world over (``SimulatedNvml.simBeginTest``), which a real GPU
+does not, and which costs CPU here.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common as common
+
+NAME = "energy_all_overhead"
+SHORT_GOAL = 0.10
+MAIN_JOB_GOAL = 0.02
+_OFF = ["-p", "no:randomly", "-p", "no:asyncio", "-p", "no:benchmark", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+
+
+def short_suite(folder: Path, count: int = 600, seconds: float = 0.005) -> None:
+    lines = ["import time", "", "def spin(seconds):", "    end = time.process_time() + seconds",
+             "    while time.process_time() < end:", "        pass", ""]
+    for i in range(count):
+        lines += [f"def test_short_{i:03d}():", f"    spin({seconds})", ""]
+    (folder / "test_short.py").write_text("\n".join(lines), encoding="utf-8")
+
+
+def wall(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    return elapsed
+
+
+def ratio(base: list[str], cwd: Path, env: dict[str, str], pairs: int) -> dict:
+    """Median over ABBA pairs of (with --energy-all) / (without) - 1, and every timing."""
+    with_s, without_s, ratios = [], [], []
+    for pair in range(pairs):
+        order = (True, False) if pair % 2 == 0 else (False, True)
+        took = {}
+        for energy_all in order:
+            took[energy_all] = wall(base + (["--energy-all"] if energy_all else []), cwd, env)
+        with_s.append(took[True])
+        without_s.append(took[False])
+        ratios.append(took[True] / took[False] - 1)
+    return {"overhead": statistics.median(ratios), "with_s": with_s, "without_s": without_s, "pairs": pairs}
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=None, help="pairs of runs per figure (default 5, --quick 3)")
+    args = p.parse_args()
+    pairs = args.pairs or (3 if args.quick else 5)
+    started = time.time()
+    rows, goals = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        where = Path(folder)
+        short_suite(where)
+        env = {**os.environ, "GPUENERGY_SIM_STATE": str(where / "sim"), "GPUENERGY_BACKEND": "sim",
+               "GPUENERGY_SIM_SEED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("PYTEST_ADDOPTS", None)
+        short = ratio([sys.executable, "-m", "pytest", "-q", *_OFF, "test_short.py"], where, env, pairs)
+        rows.append({"suite": "600 tests of 5 ms (simulated GPU)", **short, "goal": SHORT_GOAL})
+        goals.append({"goal": "energy_all_overhead", "figure": short["overhead"], "target": SHORT_GOAL,
+                      "met": short["overhead"] <= SHORT_GOAL, "simulated": True})
+        if not args.quick:
+            main_job = ratio([sys.executable, "-m", "pytest", "-q", *_OFF, "reference_workloads", "--gpu-caps=60%,80%,100%"],
+                             common.REPO_ROOT, env, max(1, pairs // 2))
+            rows.append({"suite": "the main job, 54 cases (simulated GPU)", **main_job, "goal": MAIN_JOB_GOAL})
+            goals.append({"goal": "energy_all_overhead_main_job", "figure": main_job["overhead"], "target": MAIN_JOB_GOAL,
+                          "met": main_job["overhead"] <= MAIN_JOB_GOAL, "simulated": True})
+    common.print_table(
+        ["suite", "without s (median)", "with --energy-all s (median)", "added", "goal", "met"],
+        [[r["suite"], statistics.median(r["without_s"]), statistics.median(r["with_s"]), f"{r['overhead']:+.1%}",
+          f"<= {r['goal']:.0%}", r["overhead"] <= r["goal"]] for r in rows],
+        title=f"--energy-all: wall time added ({pairs} ABBA pairs, fresh processes)")
+    path = common.write_result(NAME, {"description": __doc__.splitlines()[0], "rows": rows, "goals": goals},
+                               quick=args.quick, started=started, out_dir=args.out,
+                               simulated_gpus=["NVIDIA H100 80GB HBM3 (simulated)"])
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
