@@ -140,7 +140,7 @@ def test_a_cap_that_does_not_take_effect_is_an_error(pytester, sim_state, monkey
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-caps=300")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*still enforces 700 W after a request for 300 W: the limit did not take effect*"])
+    result.stdout.fnmatch_lines(["*still has its limit at 700 W after a request for 300 W: the limit did not take effect*"])
 
 
 def test_gpuenergy_info_json_has_the_fixed_keys(sim_state, monkeypatch):

@@ -186,9 +186,10 @@ class PowerCapper:
             raise gpu.lost_error("setting its limit") from None
         except pynvml.NVMLError as exc:
             raise LimitChangeError(f"setting the limit of {gpu.label} to {target_mw / 1000:g} W failed: NVML: {exc}") from None
-        if enforced == limits.current_mw and enforced != target_mw:
+        set_mw = _read_limits(gpu).current_mw
+        if abs(set_mw - target_mw) > 1000:
             raise LimitChangeError(
-                f"{gpu.label} still enforces {enforced / 1000:g} W after a request for {target_mw / 1000:g} W: "
+                f"{gpu.label} still has its limit at {set_mw / 1000:g} W after a request for {target_mw / 1000:g} W: "
                 f"the limit did not take effect (another power manager, or a driver that ignores it)"
             )
         if abs(enforced - target_mw) > 1000:
@@ -280,9 +281,14 @@ def _restore_one(gpu: Gpu, previous: int) -> str | None:
         if attempt:
             time.sleep(gpu.retry_backoff_s * attempt)
         try:
-            if gpu.current_limit_mw() == previous or gpu.set_limit_mw(previous) == previous:
+            # Back means the limit set is the one from before: what the GPU enforces under it may
+            # differ (another power manager's cap), as it may have before the tests.
+            if gpu.current_limit_mw() == previous:
                 return None
-            last_problem = f"it reads {gpu.enforced_limit_mw() / 1000:g} W after the restore"
+            gpu.set_limit_mw(previous)
+            if gpu.current_limit_mw() == previous:
+                return None
+            last_problem = f"it reads {gpu.current_limit_mw() / 1000:g} W after the restore"
         except pynvml.NVMLError_GpuIsLost:
             return f"{gpu.label} is lost (NVML: GPU is lost) and could not be set back to {previous / 1000:g} W"
         except pynvml.NVMLError as exc:

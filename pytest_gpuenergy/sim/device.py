@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .dvfs import OperatingPoint, operating_point
+from .faults import CLAMP_SHARE, LIMIT_STEP_MW
 from .models import GpuSpec
 from .roofline import GpuWork, run_step
 from .state import GpuState, GpuStateFile
@@ -79,12 +80,24 @@ class SimDevice:
             self.offset_at_start = state.counter_offset_mj
 
     # -- the model ---------------------------------------------------------------------------
+    def enforced_limit_mw(self, state: GpuState) -> int:
+        """The limit the GPU holds its power to: the one set, unless a fault makes it enforce another
+        (``limit_rounded``: down to its step; ``limit_clamped``: another power manager's cap)."""
+        limit_mw = state.limit_mw
+        faults = self.owner.faults
+        if faults.has("limit_rounded", self.index):
+            limit_mw = max(limit_mw // LIMIT_STEP_MW * LIMIT_STEP_MW, int(self.spec.min_limit_w * 1000))
+        if faults.has("limit_clamped", self.index):
+            limit_mw = min(limit_mw, round(CLAMP_SHARE * self.spec.max_limit_w * 1000))
+        return limit_mw
+
     def operating_point(self, state: GpuState) -> OperatingPoint:
         """Where the governor runs undeclared work under the state's power limit and clock lock."""
         clock_cap = state.sm_clock_cap_fraction(self.spec)
-        key = (state.limit_mw, self.owner.profile.compute_bound, clock_cap)
+        limit_mw = self.enforced_limit_mw(state)
+        key = (limit_mw, self.owner.profile.compute_bound, clock_cap)
         if key not in self._op_cache:
-            self._op_cache[key] = operating_point(self.spec, self.owner.profile, state.limit_mw / 1000.0, clock_cap)
+            self._op_cache[key] = operating_point(self.spec, self.owner.profile, limit_mw / 1000.0, clock_cap)
         return self._op_cache[key]
 
     def advance(self) -> GpuState:
@@ -130,10 +143,11 @@ class SimDevice:
         """Queue one step of declared work under the current limit."""
         state = self.advance()
         self.pending_cpu_s = 0.0
-        run = run_step(self.spec, work, state.limit_mw / 1000.0, state.sm_clock_cap_fraction(self.spec))
+        limit_w = self.enforced_limit_mw(state) / 1000.0
+        run = run_step(self.spec, work, limit_w, state.sm_clock_cap_fraction(self.spec))
         duration = run.step_s * self._session_drift(work) * self.region_time_factor
         dynamic_w = run.dynamic_w * self.region_power_factor
-        ceiling_w = max(state.limit_mw / 1000.0 - self.spec.idle_w, 0.0)   # the governor holds the limit
+        ceiling_w = max(limit_w - self.spec.idle_w, 0.0)   # the governor holds the limit
         self.timeline.queue(self.owner.clock.now(), duration, min(dynamic_w, ceiling_w))
 
     def _session_drift(self, work: GpuWork) -> float:

@@ -19,6 +19,11 @@
 ``counter_stuck``      the energy counter stops moving from that read on
 ``clock_set_error``    locking the SM clock (``nvmlDeviceSetGpuLockedClocks``) raises ``NVMLError_Unknown``
 ``clock_reset_error``  resetting the SM clock lock raises ``NVMLError_Unknown``
+``limit_rounded``      the GPU enforces its limit rounded down to a multiple of 25 W (the limit set
+                       is kept as asked: ``nvmlDeviceGetPowerManagementLimit`` shows it)
+``limit_clamped``      another power manager (a BMC, a node-level cap) holds the enforced limit at
+                       70 % of the maximum, whatever is asked (seen on H100 nodes: 700 W requested,
+                       500 W enforced)
 =====================  ==========================================================================
 
 The three ``counter_*`` faults count the same calls: reads of the energy counter.
@@ -33,8 +38,10 @@ from dataclasses import dataclass
 FAULT_NAMES = (
     "no_permission", "no_counter", "no_instant_power", "set_error", "set_ignored",
     "read_error", "lost", "counter_reset", "counter_backwards", "counter_stuck",
-    "clock_set_error", "clock_reset_error",
+    "clock_set_error", "clock_reset_error", "limit_rounded", "limit_clamped",
 )
+LIMIT_STEP_MW = 25_000          # limit_rounded: the enforced limit's step
+CLAMP_SHARE = 0.7               # limit_clamped: the enforced limit at most this share of the maximum
 
 
 @dataclass(frozen=True)

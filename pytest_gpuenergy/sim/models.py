@@ -9,6 +9,15 @@ output): V100 SXM2 150-300 W, T4 60-70 W, A100 SXM4
 and the lowest supported SM clocks. Idle power is approximate (what an idle GPU at P0 shows in
 public ``nvidia-smi`` logs); it is a modelling input, not a measurement of ours.
 
+Two GeForce boards, whose maximum limit lies above their default (as on many GeForce and workstation
+cards; every data-center model above has the default at its maximum), so that percentages of the
+default and the maximum disagree: RTX 4090 (Founders Edition): 450 W total board power by default,
+up to 600 W (NVIDIA's board power and the limit the Founders Edition accepts, as Tom's Hardware's
+power-limit tests run it), 150 W at least (``nvidia-smi -q`` as users report it, not a data sheet);
+82.6 TFLOPS FP32 and TF32, 165.2 FP16 tensor (dense), 1,008 GB/s, 2,520 MHz boost. RTX 3090
+(Founders Edition): 350 W by default (NVIDIA's total graphics power), 100-400 W (``nvidia-smi -q`` as
+users report it); 35.6 TFLOPS FP32 and TF32, 71 FP16 tensor (dense), 936 GB/s, 1,695 MHz boost.
+
 Measurement behaviour follows the hardware generations: the cumulative energy counter exists from
 Volta on; ``NVML_FI_DEV_POWER_INSTANT`` averages a 25 ms window published every 100 ms on
 A100/H100 (Yang, Adamek, Armour, SC'24); ``nvmlDeviceGetPowerUsage`` is a 1 s average on Ampere
@@ -79,6 +88,20 @@ GPU_MODELS: dict[str, GpuSpec] = {
             default_limit_w=700, min_limit_w=200, max_limit_w=700, idle_w=70,
             sm_clock_max_mhz=1980, sm_clock_min_mhz=210, sm_clock_idle_mhz=345, mem_clock_mhz=2619,
             compute_capability=(9, 0), fp32_tflops=66.9, tf32_tflops=494.7, fp16_tflops=989.4, memory_gbs=3350.0,
+            power_usage_average_s=1.0,
+        ),
+        GpuSpec(
+            key="RTX4090", name="NVIDIA GeForce RTX 4090" + SIMULATED_SUFFIX, architecture="Ada Lovelace",
+            default_limit_w=450, min_limit_w=150, max_limit_w=600, idle_w=20,
+            sm_clock_max_mhz=2520, sm_clock_min_mhz=210, sm_clock_idle_mhz=210, mem_clock_mhz=10501,
+            compute_capability=(8, 9), fp32_tflops=82.6, tf32_tflops=82.6, fp16_tflops=165.2, memory_gbs=1008.0,
+            power_usage_average_s=1.0,
+        ),
+        GpuSpec(
+            key="RTX3090", name="NVIDIA GeForce RTX 3090" + SIMULATED_SUFFIX, architecture="Ampere",
+            default_limit_w=350, min_limit_w=100, max_limit_w=400, idle_w=20,
+            sm_clock_max_mhz=1695, sm_clock_min_mhz=210, sm_clock_idle_mhz=210, mem_clock_mhz=9751,
+            compute_capability=(8, 6), fp32_tflops=35.6, tf32_tflops=35.6, fp16_tflops=71.0, memory_gbs=936.0,
             power_usage_average_s=1.0,
         ),
         GpuSpec(

@@ -218,7 +218,9 @@ class SimulatedNvml:
             return self._device(handle, "read").state_file.read().limit_mw
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimDeviceHandle) -> int:
-        return self.nvmlDeviceGetPowerManagementLimit(handle)
+        with self._lock:
+            device = self._device(handle, "read")
+            return device.enforced_limit_mw(device.state_file.read())
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimDeviceHandle) -> int:
         return int(self._device(handle).spec.default_limit_w * 1000)
