@@ -21,6 +21,7 @@ import pytest
 # power caps, and `auto` would pick NVML there. A test that wants NVML says --gpu-backend=nvml (and
 # stands the simulator in for the library, see test_plugin_core.py).
 os.environ["GPUENERGY_BACKEND"] = "sim"
+os.environ["GPUENERGY_STRICT_ESTIMATES"] = "1"    # an estimate outside its own bound stops the test
 
 # Every pytest these tests start (pytester's, `gpuenergy tune`'s, the fleet's, torchrun's) would load
 # hypothesis's pytest plugin, which imports all of hypothesis: 0.5 s of a 0.9 s start, paid by each of

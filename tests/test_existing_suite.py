@@ -71,10 +71,11 @@ def test_an_existing_suite_is_measured_budgeted_and_gated_with_no_test_rewritten
     top = text.split("the 10 cases that used the most energy:")[1].splitlines()[3:13]
     assert len(top) == 10 and all("%" in line for line in top)
 
-    # Tests of a few ms vary from run to run by up to 9 % in ETS and T (GC, the host; measured: 600
-    # cases of 5 ms, two runs under -n 2): a margin of 25 % keeps them in while 5x the work fails.
+    # Tests of a few ms vary from run to run by up to 30 % in ETS and T on a loaded host (as this
+    # suite's own -n 2 is; measured: 600 cases of 5-8 ms beside two busy processes on 2 cores): a
+    # margin of 40 % keeps them in while 5x the work fails.
     written = cli_in_process("budgets", "--from", "latest", "--storage", str(pytester.path / ".energy"),
-                             "--margin", "25%", "-o", str(pytester.path / "energy-budgets.toml"))
+                             "--margin", "40%", "-o", str(pytester.path / "energy-budgets.toml"))
     assert "wrote 602 budgets for 301 tests" in written.stdout
     pytester.makepyfile(test_plain=plain_suite(300, heavier=123))
     second = pytester.runpytest_subprocess(*args, "--energy-budgets=energy-budgets.toml")

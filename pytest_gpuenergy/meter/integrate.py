@@ -25,6 +25,7 @@ as that assumption; a region that no whole window lies in gets 0 to the GPU's ce
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -35,6 +36,8 @@ COUNTER_RESOLUTION_MJ = 1.0     # NVML's counter counts whole millijoules
 POWER_RESOLUTION_MW = 1.0       # and power in whole milliwatts
 CEILING_FACTOR = 1.1            # a GPU may briefly draw above its highest limit: allow 10 %
 _STALEST_PERIODS = 1.5          # a value a read sees was published at most this many periods before it
+# Set (to anything) where an estimate outside its own bound must stop the run: the project's tests set it.
+STRICT_ENV = "GPUENERGY_STRICT_ESTIMATES"
 
 
 class Read(NamedTuple):
@@ -73,6 +76,31 @@ class RegionEnergy:
 
 class NotYet(Exception):
     """The publications needed after the region have not arrived yet."""
+
+
+class EstimateOutsideBound(AssertionError):
+    """An estimate fell outside the bound computed from the same publications: a defect of the
+    meter, never of the user's code (raised only where ``GPUENERGY_STRICT_ESTIMATES`` is set)."""
+
+
+def within_bound(estimate_j: float, low_j: float, high_j: float, notes: list[str], what: str) -> float:
+    """``estimate_j``, which must lie in [``low_j``, ``high_j``].
+
+    The bound holds every history the publications allow and the estimate is one of those
+    histories, so an estimate outside it means the arithmetic is wrong. Under the project's tests
+    that stops the run; in a user's run the figure is moved to the bound's nearest edge, where it is
+    still a figure the truth can have, and a note says so (and asks for a report), so it is never
+    hidden.
+    """
+    slack_j = 1e-9 * max(1.0, abs(high_j))
+    if low_j - slack_j <= estimate_j <= high_j + slack_j:
+        return min(max(estimate_j, low_j), high_j)
+    message = (f"{what}: the estimate {estimate_j:.6g} J lies outside its own bound [{low_j:.6g}, {high_j:.6g}] J")
+    if os.environ.get(STRICT_ENV):
+        raise EstimateOutsideBound(message)
+    notes.append(f"{message}; it was moved to the bound's nearest edge. This is a defect of pytest-gpuenergy: "
+                 f"please report it")
+    return min(max(estimate_j, low_j), high_j)
 
 
 def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: bool) -> list[Publication]:
@@ -173,26 +201,43 @@ def counter_energy(
     duration = t1 - t0
     # The estimate rests on publications dated to within a fifth of a period; the bound on all of them.
     dated = [p for p in pubs if p.latest - p.earliest <= 0.2 * NOMINAL_PERIOD_S]
-    inside = [p for p in dated if p.earliest >= t0 and p.latest <= t1]
-    before = [p for p in dated if p.latest <= t0]
-    after = [p for p in dated if p.earliest >= t1]
-    if len(after) < 2 and not final and (len(inside) < 2 or _tail_needs_power_after(inside[-1], after, t1)):
+    # One dated across an edge counts on the side of its middle: the bound allows for the rest.
+    before = [p for p in dated if p.when <= t0]
+    inside = [p for p in dated if t0 < p.when < t1]
+    after = [p for p in dated if p.when >= t1]
+    if not final and (not after or len(after) < 2 and (len(inside) < 2 or _tail_needs_power_after(inside[-1], after, t1))):
         raise NotYet
     powers = _interval_powers_w(dated)
     ceiling_w = max(ceiling_w, max(powers, default=0.0) * 1.05)
     low_j, high_j = _counter_bound(pubs, t0, t1, ceiling_w)
     notes: list[str] = []
     if len(inside) >= 2:
-        estimate_j = _inside_estimate(inside, before, after, t0, t1)
+        estimate_j, moved_j = _inside_estimate(inside, before, after, t0, t1, ceiling_w)
         peak_w = max(_interval_powers_w(inside), default=_power_between(inside[0], inside[-1]))
     elif before and after:
-        estimate_j, peak_w = _around_estimate(before, after, t0, t1)
+        estimate_j, peak_w, moved_j = _around_estimate(before, inside, after, t0, t1, ceiling_w)
     else:
-        estimate_j, peak_w = (low_j + high_j) / 2, math.nan
+        estimate_j, peak_w, moved_j = (low_j + high_j) / 2, math.nan, 0.0
         notes.append("the energy counter published too little around the region: its ETS is the middle of its bound")
-    # A GPU doing work draws at least the least it drew over any interval seen around the region.
+    if moved_j > 0.01 * max(estimate_j, 1e-3):
+        notes.append(f"the power changed faster than the energy counter published around the region's edges: "
+                     f"{moved_j:.3g} J of what the power next to them suggests is more than their time can hold, "
+                     f"so the estimate is near its bound's edge")
+    # The estimate rests on the closely dated publications only, and must lie in what they allow.
+    used_low_j, used_high_j = (low_j, high_j) if len(dated) in (0, len(pubs)) else _counter_bound(dated, t0, t1, ceiling_w)
+    estimate_j = within_bound(estimate_j, used_low_j, used_high_j, notes, "energy counter")
+    if not low_j <= estimate_j <= high_j:
+        # The loosely dated ones still narrow the bound: the estimate is the nearest figure within it.
+        nearest_j = min(max(estimate_j, low_j), high_j)
+        if abs(nearest_j - estimate_j) > 0.01 * max(estimate_j, 1e-3):
+            notes.append(f"publications of the energy counter dated too loosely to estimate from moved the estimate by "
+                         f"{nearest_j - estimate_j:+.3g} J into the bound they allow")
+        estimate_j = nearest_j
+    # Within the bound, two priors: a GPU doing work draws at least the least it drew over any
+    # interval seen around the region, and on average no more than the limit it ran under.
     floor_w = min(powers, default=0.0)
-    estimate_j = _clamp(max(estimate_j, floor_w * duration), low_j, high_j, max(limit_w, floor_w) * duration)
+    estimate_j = max(estimate_j, min(floor_w * duration, high_j))
+    estimate_j = min(estimate_j, max(max(limit_w, floor_w) * duration, low_j))
     mean_w = estimate_j / duration if duration > 0 else math.nan
     if len(inside) < 2:
         notes.append(f"region of {duration * 1000:.0f} ms spans fewer than 2 publications of the energy counter: "
@@ -227,9 +272,10 @@ def _counter_bound(pubs: Sequence[Publication], t0: float, t1: float, ceiling_w:
 
 def _inside_estimate(
     inside: Sequence[Publication], before: Sequence[Publication], after: Sequence[Publication], t0: float, t1: float,
-) -> float:
+    ceiling_w: float,
+) -> tuple[float, float]:
     """Exact between the first and last publication inside; each edge from whichever side of its
-    partly seen interval is shorter.
+    partly seen interval is shorter. Returns the estimate and how far its edges had to be moved.
 
     The interval that holds ``t0`` has a known energy, split between the time before the region
     and the region's head. The head is extrapolated with the region's own power when it is the
@@ -238,40 +284,76 @@ def _inside_estimate(
     """
     first, last = inside[0], inside[-1]
     power_w = _power_between(first, last)
-    energy_j = (last.value - first.value) / 1000.0
-    head_s, tail_s = first.when - t0, t1 - last.when
-    start = before[-1] if before else None
-    if start is not None and len(before) >= 2 and t0 - start.when < head_s:
-        energy_j += (first.value - start.value) / 1000.0 - _power_between(before[-2], start) * (t0 - start.when)
+    head_j, head_moved_j = _edge_energy(before[-2:][::-1], first, first.when - t0, power_w, ceiling_w)
+    tail_j, tail_moved_j = _edge_energy(after[:2], last, t1 - last.when, power_w, ceiling_w)
+    return (last.value - first.value) / 1000.0 + head_j + tail_j, head_moved_j + tail_moved_j
+
+
+def _edge_energy(
+    outward: Sequence[Publication], edge: Publication, part_s: float, region_power_w: float, ceiling_w: float,
+) -> tuple[float, float]:
+    """The energy of a region's partly seen edge, ``part_s`` long, between ``edge`` (the outermost
+    publication inside) and the region's end; ``outward`` are the publications beyond that end,
+    nearest first. Returns it and how far it was moved to stay within what its time can hold."""
+    if not outward:
+        guess_j = region_power_w * part_s
+        return _split(math.inf, guess_j, part_s, math.inf, ceiling_w), 0.0
+    neighbour = outward[0]
+    interval_j = abs(edge.value - neighbour.value) / 1000.0
+    rest_s = abs(edge.when - neighbour.when) - part_s
+    if len(outward) >= 2 and rest_s < part_s:
+        guess_j = interval_j - _power_between(*sorted((neighbour, outward[1]), key=lambda p: p.when)) * rest_s
     else:
-        energy_j += power_w * head_s
-    end = after[0] if after else None
-    if end is not None and len(after) >= 2 and end.when - t1 < tail_s:
-        energy_j += (end.value - last.value) / 1000.0 - _power_between(end, after[1]) * (end.when - t1)
-    else:
-        energy_j += power_w * tail_s
-    return energy_j
+        guess_j = region_power_w * part_s
+    part_j = _split(interval_j, guess_j, part_s, rest_s, ceiling_w)
+    return part_j, abs(part_j - guess_j)
+
+
+def _split(interval_j: float, guess_j: float, part_s: float, rest_s: float, ceiling_w: float) -> float:
+    """The part of an interval's energy ``interval_j`` drawn in ``part_s`` of it, from a guess.
+
+    A guess rests on the power seen next to the interval; where the power changes faster than the
+    publications, it can break what the interval allows: neither piece below nothing, the part no
+    more than its time holds at the ceiling, the rest (``rest_s``) no more than its time holds. The
+    nearest split that keeps all of them is the estimate.
+    """
+    least = max(0.0, interval_j - ceiling_w * rest_s) if math.isfinite(interval_j) else 0.0
+    most = min(interval_j, ceiling_w * max(part_s, 0.0))
+    return min(max(guess_j, least), max(most, least))
 
 
 def _tail_needs_power_after(last_inside: Publication, after: Sequence[Publication], t1: float) -> bool:
     """Whether the tail is the longer piece of its interval (its estimate then needs the power of
     the interval after the region, so one more publication)."""
-    return bool(after) and after[0].when - t1 < t1 - last_inside.when
+    return after[0].when - t1 < t1 - last_inside.when
 
 
 def _around_estimate(
-    before: Sequence[Publication], after: Sequence[Publication], t0: float, t1: float,
-) -> tuple[float, float]:
+    before: Sequence[Publication], inside: Sequence[Publication], after: Sequence[Publication], t0: float, t1: float,
+    ceiling_w: float,
+) -> tuple[float, float, float]:
     """A region with fewer than two publications inside: the energy between the publications just
     before and just after it, less what the time around the region drew at the power of the
-    intervals next to it (the meter keeps the GPU idle after a block until they are published)."""
+    intervals next to it (the meter keeps the GPU idle after a block until they are published).
+    A publication inside splits that span in two, and each half is held to what its time can hold
+    (see :func:`_split`). Returns the estimate, the span's power and how far the estimate was moved."""
     start, end = before[-1], after[0]
-    span_j = (end.value - start.value) / 1000.0
-    span_power_w = span_j / max(end.when - start.when, 1e-9)
+    span_power_w = (end.value - start.value) / 1000.0 / max(end.when - start.when, 1e-9)
     power_before_w = _power_between(before[-2], start) if len(before) >= 2 else span_power_w
     power_after_w = _power_between(end, after[1]) if len(after) >= 2 else span_power_w
-    estimate_j = span_j - power_before_w * max(t0 - start.when, 0.0) - power_after_w * max(end.when - t1, 0.0)
-    return estimate_j, span_power_w         # the peak: the caller raises it to the region's mean, once bounded
+    around_before_s, around_after_s = max(t0 - start.when, 0.0), max(end.when - t1, 0.0)
+    if not inside:
+        span_j = (end.value - start.value) / 1000.0
+        guess_j = span_j - power_before_w * around_before_s - power_after_w * around_after_s
+        estimate_j = _split(span_j, guess_j, t1 - t0, around_before_s + around_after_s, ceiling_w)
+        return estimate_j, span_power_w, abs(estimate_j - guess_j)
+    middle = inside[0]
+    head_interval_j, tail_interval_j = (middle.value - start.value) / 1000.0, (end.value - middle.value) / 1000.0
+    head_guess_j = head_interval_j - power_before_w * around_before_s
+    tail_guess_j = tail_interval_j - power_after_w * around_after_s
+    head_j = _split(head_interval_j, head_guess_j, middle.when - t0, around_before_s, ceiling_w)
+    tail_j = _split(tail_interval_j, tail_guess_j, t1 - middle.when, around_after_s, ceiling_w)
+    return head_j + tail_j, span_power_w, abs(head_j - head_guess_j) + abs(tail_j - tail_guess_j)
 
 
 def _power_between(a: Publication, b: Publication) -> float:
@@ -286,12 +368,6 @@ def _interval_powers_w(pubs: Sequence[Publication]) -> list[float]:
         if span > 0.5 * NOMINAL_PERIOD_S and max(a.latest - a.earliest, b.latest - b.earliest) < 0.2 * span:
             powers.append(_power_between(a, b))
     return powers
-
-
-def _clamp(estimate: float, low: float, high: float, most: float) -> float:
-    """The estimate inside its bound, and no more than the limit the GPU ran under allows on
-    average unless the bound itself says more (a figure the GPU cannot draw is never the estimate)."""
-    return min(max(estimate, low), high, max(most, low))
 
 
 def check_monotonic(reads: Sequence[Read], label: str) -> None:
@@ -345,7 +421,8 @@ def sampled_energy(
     else:   # no reading saw the region alone: nothing bounds its power but the GPU itself
         low_j, high_j = 0.0, ceiling_w * (t1 - t0)
     notes.extend(_gap_notes([p.when for p in pubs], t0, t1, period_s))
-    return RegionEnergy(min(max(estimate_j, low_j), high_j), low_j, high_j,
+    estimate_j = within_bound(estimate_j, low_j, high_j, notes, "power readings")
+    return RegionEnergy(estimate_j, low_j, high_j,
                         max(w[2] for w in used), coarse=coarse, notes=notes)
 
 
