@@ -1,0 +1,233 @@
+"""Mutation testing of the core with mutmut: would the tests catch a plausible bug in each module?
+
+    python benchmarks/mutation.py                                    # every module below (about 1.5 h on 2 cores)
+    python benchmarks/mutation.py --module pytest_gpuenergy/meter/integrate.py   # one module, before a commit
+
+For each module, mutmut (https://mutmut.readthedocs.io) makes one small change at a time (an operator,
+a constant, a comparison, an argument) and runs the module's fast tests against it, only those that
+reach the changed function; a mutant that no test fails "survived". Each module runs in a copy of the
+project under ``.mutation/`` (ignored by git), with the module's tests only: the suite's tests that start
+a separate process (`runpytest_subprocess`, the CLI in a subprocess) would run the unchanged code.
+
+A module's tests are those named below plus ``tests/test_<module>.py`` where it exists (the file for
+tests of that one module). Every survivor is either listed in ``benchmarks/mutation_equivalents/``
+(``<package>.toml``: a mutant no test can kill because it does not change what the module does, with
+the reason) or reported as a gap. The
+results go to ``benchmarks/results/mutation.json`` (a ``--module`` run updates that module's entry):
+per module the mutants, killed (a timeout counts as killed: the tests noticed), survived, the share
+killed, and each survivor's function, line and change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutation"
+RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
+EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"      # one TOML file per package
+GOAL = 0.90
+
+_METER = ["tests/test_integrate.py", "tests/test_meter.py"]
+_KNOBS = ["tests/test_restore.py", "tests/test_caps_budgets.py", "tests/test_enforced_limits.py", "tests/test_faults.py"]
+_CLOCKS = ["tests/test_clocks.py", "tests/test_restore.py", "tests/test_faults.py"]
+_GATE = ["tests/test_gate.py", "tests/test_compare.py", "tests/test_caps_budgets.py"]
+_RUNS = ["tests/test_storage.py", "tests/test_shards.py", "tests/test_damaged_inputs.py", "tests/test_compare.py"]
+
+# module -> its fast tests (in-process; see the docstring)
+MODULES: dict[str, list[str]] = {
+    "pytest_gpuenergy/meter/integrate.py": _METER,
+    "pytest_gpuenergy/meter/lattice.py": _METER,
+    "pytest_gpuenergy/meter/recorder.py": _METER,
+    "pytest_gpuenergy/meter/region.py": _METER,
+    "pytest_gpuenergy/meter/energy_meter.py": _METER,
+    "pytest_gpuenergy/meter/results.py": _METER,
+    "pytest_gpuenergy/meter/distributed.py": ["tests/test_meter.py"],
+    "pytest_gpuenergy/gpu/capping.py": _KNOBS,
+    "pytest_gpuenergy/gpu/journal.py": _KNOBS,
+    "pytest_gpuenergy/gpu/clocks.py": _CLOCKS,
+    "pytest_gpuenergy/gpu/clock_journal.py": _CLOCKS,
+    "pytest_gpuenergy/gate/budgets.py": _GATE,
+    "pytest_gpuenergy/gate/budget_file.py": ["tests/test_existing_suite.py", *_GATE],
+    "pytest_gpuenergy/gate/ci.py": _GATE,
+    "pytest_gpuenergy/gate/compare.py": _GATE,
+    "pytest_gpuenergy/gate/decide.py": _GATE,
+    "pytest_gpuenergy/gate/records.py": _GATE,
+    "pytest_gpuenergy/gate/settings.py": _GATE,
+    "pytest_gpuenergy/gate/student_t.py": _GATE,
+    "pytest_gpuenergy/gate/verdicts.py": _GATE,
+    "pytest_gpuenergy/runs/ids.py": _RUNS,
+    "pytest_gpuenergy/runs/provenance.py": _RUNS,
+    "pytest_gpuenergy/runs/reader.py": _RUNS,
+    "pytest_gpuenergy/runs/records.py": _RUNS,
+    "pytest_gpuenergy/runs/shards.py": _RUNS,
+    "pytest_gpuenergy/runs/store.py": _RUNS,
+    "pytest_gpuenergy/runs/validation.py": _RUNS,
+}
+
+STATUS_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests", 34: "skipped",
+                       36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
+
+
+@dataclass(frozen=True)
+class Survivor:
+    function: str
+    line: int
+    before: str
+    after: str
+
+    def key(self) -> tuple[str, str, str]:
+        return self.function, self.before.strip(), self.after.strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Mutation testing of the core modules with mutmut.")
+    parser.add_argument("--module", action="append", choices=sorted(MODULES), metavar="PATH",
+                        help="a module to mutate (repeatable); default: all of them")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
+    args = parser.parse_args()
+    modules = args.module or list(MODULES)
+    equivalents = load_equivalents()
+    for module in modules:
+        started = time.monotonic()
+        statuses, survivors = run_module(module, args.jobs)
+        entry = summarise(module, statuses, survivors, equivalents, time.monotonic() - started)
+        print(f"{module}: {entry['mutants']} mutants, {entry['killed']} killed, {entry['survived']} survived "
+              f"({entry['equivalent']} equivalent), {entry['killed_share']:.1%} killed, "
+              f"{entry['score']:.1%} of the non-equivalent, {entry['seconds']:.0f} s", flush=True)
+        for survivor in entry["survivors"]:
+            tag = "equivalent" if survivor["equivalent"] else "GAP"
+            print(f"    {tag}: {survivor['function']} line {survivor['line']}: {survivor['before']}  ->  {survivor['after']}")
+        results = save(module, entry)
+    short = [m for m, e in results["modules"].items() if e["killed_share"] < GOAL]
+    print(f"modules under {GOAL:.0%} killed: {', '.join(short) or 'none'}")
+    return 0
+
+
+def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Survivor]]:
+    """mutmut over one module in a fresh copy of the project; its statuses and survivors."""
+    work = WORK / re.sub(r"[^A-Za-z0-9]+", "-", module.removeprefix("pytest_gpuenergy/").removesuffix(".py"))
+    shutil.rmtree(work, ignore_errors=True)
+    copy_project(work)
+    with open(work / "pyproject.toml", "a") as config:
+        config.write("\n[tool.mutmut]\n"
+                     'source_paths = ["pytest_gpuenergy/"]\n'
+                     f"only_mutate = [{json.dumps(module)}]\n"
+                     'also_copy = ["conftest.py", "reference_workloads/"]\n'
+                     f"pytest_add_cli_args_test_selection = {json.dumps(tests_of(module))}\n"
+                     'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n')
+    env = dict(os.environ, GPUENERGY_SIM_STATE=str(work / ".gpuenergy-sim"))
+    done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=work, env=env,
+                          capture_output=True, text=True)
+    meta = work / "mutants" / f"{module}.meta"
+    if not meta.exists():
+        raise SystemExit(f"mutmut made no result for {module} (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
+                         f"{done.stderr[-3000:]}")
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    statuses = {name: STATUS_BY_EXIT_CODE.get(code, "suspicious") for name, code in codes.items()}
+    source = (ROOT / module).read_text().splitlines()
+    survivors = {name: describe(work, name, source, env) for name, status in statuses.items() if status == "survived"}
+    return statuses, survivors
+
+
+def tests_of(module: str) -> list[str]:
+    """The module's fast tests: those named in MODULES, and tests/test_<module>.py where it exists."""
+    own = f"tests/test_{Path(module).stem}.py"
+    return sorted(set(MODULES[module]) | ({own} if (ROOT / own).exists() else set()))
+
+
+def copy_project(work: Path) -> None:
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, tracked.split("\0")):
+        if name.startswith("benchmarks/results/"):
+            continue
+        target = work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, target)
+
+
+def describe(work: Path, name: str, source: list[str], env: dict[str, str]) -> Survivor:
+    """Where a mutant is (the function, the line in the module) and what it changed."""
+    shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work, env=env,
+                           capture_output=True, text=True).stdout.splitlines()
+    removed = [line[1:] for line in shown if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in shown if line.startswith("+") and not line.startswith("+++")]
+    function = name.rsplit(".", 1)[-1].split("__mutmut_", maxsplit=1)[0].removeprefix("x_").removeprefix("xǁ").replace("ǁ", ".")
+    before, after = " ".join(s.strip() for s in removed), " ".join(s.strip() for s in added)
+    line = next((i + 1 for i, text in enumerate(source) if removed and text.strip() == removed[0].strip()), 0)
+    return Survivor(function, line, before, after)
+
+
+def load_equivalents() -> dict[str, dict[tuple[str, str, str], str]]:
+    """Equivalent mutants by module: (function, line before, line after) -> why no test can kill it."""
+    found: dict[str, dict[tuple[str, str, str], str]] = {}
+    entries = [e for path in sorted(EQUIVALENTS.glob("*.toml")) for e in tomllib.loads(path.read_text()).get("equivalent", [])]
+    for entry in entries:
+        key = (entry["function"], entry["before"].strip(), entry["after"].strip())
+        found.setdefault(entry["module"], {})[key] = entry["reason"]
+    return found
+
+
+def summarise(module: str, statuses: dict[str, str], survivors: dict[str, Survivor],
+              equivalents: dict[str, dict[tuple[str, str, str], str]], seconds: float) -> dict:
+    counts = {status: list(statuses.values()).count(status) for status in set(statuses.values())}
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    known = equivalents.get(module, {})
+    listed = [{"function": s.function, "line": s.line, "before": s.before, "after": s.after,
+               "equivalent": known.get(s.key())} for s in survivors.values()]
+    listed.sort(key=lambda s: (s["line"], s["after"]))
+    equivalent = sum(1 for s in listed if s["equivalent"])
+    total = len(statuses)
+    return {"tests": tests_of(module), "mutants": total, "killed": killed, "survived": counts.get("survived", 0),
+            "no_tests": counts.get("no tests", 0), "other": total - killed - counts.get("survived", 0) - counts.get("no tests", 0),
+            "equivalent": equivalent, "killed_share": round(killed / total, 4) if total else 1.0,
+            "score": round(killed / (total - equivalent), 4) if total > equivalent else 1.0,
+            "seconds": round(seconds), "survivors": listed}
+
+
+def machine() -> dict[str, str]:
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+
+
+def mutmut_version() -> str:
+    from importlib.metadata import version
+
+    return version("mutmut")
+
+
+def save(module: str, entry: dict) -> dict:
+    """The module's entry into mutation.json, whole or not at all, one run at a time (runs for
+    different modules may go on side by side)."""
+    import fcntl
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        results.setdefault("modules", {})[module] = entry | machine()
+        results.update(tool=f"mutmut {mutmut_version()}", goal_killed_share=GOAL,
+                       command="python benchmarks/mutation.py [--module PATH]")
+        results["modules"] = dict(sorted(results["modules"].items()))
+        temporary = RESULTS.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        temporary.replace(RESULTS)
+    RESULTS.with_suffix(".lock").unlink(missing_ok=True)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())
