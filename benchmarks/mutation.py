@@ -77,6 +77,10 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/runs/validation.py": _RUNS,
 }
 
+# Own test files whose names the rule in tests_of does not give
+OWN_FILES = {"pytest_gpuenergy/gpu/clocks.py": ["tests/test_clocks_knob.py"],
+             "pytest_gpuenergy/runs/records.py": ["tests/test_run_records.py"]}
+
 STATUS_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests", 34: "skipped",
                        36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
 
@@ -143,13 +147,16 @@ def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Surviv
 
 
 def tests_of(module: str) -> list[str]:
-    """The module's fast tests: those named in MODULES, and tests/test_<module>.py where it exists."""
-    own = f"tests/test_{Path(module).stem}.py"
-    return sorted(set(MODULES[module]) | ({own} if (ROOT / own).exists() else set()))
+    """The module's fast tests: those named in MODULES, and its own file where it exists:
+    tests/test_<module>.py, or tests/test_<package>_<module>.py where two packages share a name."""
+    path = Path(module)
+    own = {f"tests/test_{path.stem}.py", f"tests/test_{path.parent.name}_{path.stem}.py", *OWN_FILES.get(module, ())}
+    return sorted(name for name in set(MODULES[module]) | own if (ROOT / name).exists())
 
 
 def copy_project(work: Path) -> None:
-    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listing = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]     # new test files too
+    tracked = subprocess.run(listing, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for name in filter(None, tracked.split("\0")):
         if name.startswith("benchmarks/results/"):
             continue

@@ -45,9 +45,11 @@ SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", 
            "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def sim_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private simulated machine (one H100 unless a test sets GPUENERGY_SIM_GPUS)."""
+    """A private simulated machine for every test (one H100 unless a test sets GPUENERGY_SIM_GPUS):
+    no test sees another's GPUs, limits, journal or locks, whatever order or worker runs them.
+    A test asks for it by name only to use its path."""
     for name in SIM_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -53,7 +53,7 @@ def test_a_bad_clock_cap_is_an_error_naming_it(bad):
     assert "MHz (1200)" in str(caught.value) or "no clock cap given" in str(caught.value)
 
 
-def test_bad_gpu_clocks_are_usage_errors(pytester, sim_state):
+def test_bad_gpu_clocks_are_usage_errors(pytester):
     pytester.makepyfile(test_a="def test_a(gpu_clock_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-clocks=1200,fast")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -85,7 +85,7 @@ def test_a_locked_clock_bounds_the_governor():
     assert both.sm_clock_fraction < 0.8 and both.busy_power_w <= 200.0 + 1e-6
 
 
-def test_the_simulated_nvml_locks_snaps_reads_and_resets(sim_state):
+def test_the_simulated_nvml_locks_snaps_reads_and_resets():
     lib = SimulatedNvml()
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
@@ -123,7 +123,7 @@ def test_half_the_clock_slows_compute_bound_work_and_barely_memory_bound_work(py
     assert not list((sim_state / "journal" / "clocks").glob("GPU-*.json"))
 
 
-def test_both_knobs_run_over_the_cross_product_with_readable_ids(pytester, sim_state):
+def test_both_knobs_run_over_the_cross_product_with_readable_ids(pytester):
     pytester.makepyfile(test_both=textwrap.dedent("""
         def test_both(gpu_power_cap, gpu_clock_cap):
             assert gpu_power_cap.enforced_w in (420.0, 700.0)
@@ -137,7 +137,7 @@ def test_both_knobs_run_over_the_cross_product_with_readable_ids(pytester, sim_s
     assert lock_now() is None and gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_the_marker_chooses_the_clocks_and_a_cap_below_the_lowest_clock_skips(pytester, sim_state):
+def test_the_marker_chooses_the_clocks_and_a_cap_below_the_lowest_clock_skips(pytester):
     pytester.makepyfile(test_m=textwrap.dedent("""
         import pytest
 
@@ -167,7 +167,7 @@ def test_a_failing_lock_or_no_permission_is_a_clear_error_and_nothing_stays_lock
     assert lock_now() is None and not list((sim_state / "journal" / "clocks").glob("GPU-*.json"))
 
 
-def test_a_reset_that_keeps_failing_is_named_and_gpuenergy_restore_fixes_it(pytester, sim_state, monkeypatch):
+def test_a_reset_that_keeps_failing_is_named_and_gpuenergy_restore_fixes_it(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "clock_reset_error")
     pytester.makepyfile(test_a="def test_a(gpu_clock_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-clocks=1200")
@@ -190,7 +190,7 @@ KILLED = textwrap.dedent(
 )
 
 
-def test_a_sigkilled_clock_capped_run_is_repaired_by_the_next_session(pytester, sim_state):
+def test_a_sigkilled_clock_capped_run_is_repaired_by_the_next_session(pytester):
     pytester.makepyfile(test_k=KILLED)
     killed = pytester.runpytest_subprocess("--gpu-clocks=50%")
     assert killed.ret not in (0, 1)
@@ -203,7 +203,7 @@ def test_a_sigkilled_clock_capped_run_is_repaired_by_the_next_session(pytester, 
     assert lock_now() is None
 
 
-def test_gpuenergy_restore_repairs_a_sigkilled_clock_capped_run(pytester, sim_state):
+def test_gpuenergy_restore_repairs_a_sigkilled_clock_capped_run(pytester):
     pytester.makepyfile(test_k=KILLED.replace("(gpu_clock_cap)", "(gpu_power_cap, gpu_clock_cap)"))
     pytester.runpytest_subprocess("--gpu-clocks=1500", "--gpu-caps=300")
     assert lock_now() == [210, 1500] and gpu_info()[0]["current_limit_w"] == 300.0
@@ -213,7 +213,7 @@ def test_gpuenergy_restore_repairs_a_sigkilled_clock_capped_run(pytester, sim_st
     assert "nothing to restore" in cli_in_process("restore", "--gpu-backend=sim").stdout
 
 
-def test_a_lock_a_dead_run_recorded_comes_back_not_the_dead_runs_cap(sim_state):
+def test_a_lock_a_dead_run_recorded_comes_back_not_the_dead_runs_cap():
     """An entry left by a dead run owns the state from before it: the next cap puts that back."""
     backend = open_backend("sim")
     try:
@@ -233,7 +233,7 @@ def test_a_lock_a_dead_run_recorded_comes_back_not_the_dead_runs_cap(sim_state):
         backend.close()
 
 
-def test_gpuenergy_info_shows_the_clock_range_and_a_lock(sim_state, monkeypatch):
+def test_gpuenergy_info_shows_the_clock_range_and_a_lock(monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
     lib = SimulatedNvml()
     lib.nvmlInit()

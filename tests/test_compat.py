@@ -75,7 +75,7 @@ def test_every_gpuenergy_command_has_working_help():
         assert done.returncode == 0 and "usage: gpuenergy" in done.stdout, (name, done.stderr)
 
 
-def test_a_cap_repaired_under_filterwarnings_error_is_a_summary_line_not_an_internal_error(pytester, sim_state):
+def test_a_cap_repaired_under_filterwarnings_error_is_a_summary_line_not_an_internal_error(pytester):
     plant_dead_runs_cap(300.0)
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    ignore::pytest.PytestAssertRewriteWarning\n")
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
@@ -85,7 +85,7 @@ def test_a_cap_repaired_under_filterwarnings_error_is_a_summary_line_not_an_inte
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_a_projects_own_gpus_option_and_ini_key_are_its_own(pytester, sim_state):
+def test_a_projects_own_gpus_option_and_ini_key_are_its_own(pytester):
     pytester.makeconftest(textwrap.dedent(
         """
         def pytest_addoption(parser):
@@ -104,7 +104,7 @@ def test_a_projects_own_gpus_option_and_ini_key_are_its_own(pytester, sim_state)
     result.assert_outcomes(passed=2)
 
 
-def test_a_rerun_flaky_test_keeps_only_its_passing_attempt(pytester, sim_state, monkeypatch):
+def test_a_rerun_flaky_test_keeps_only_its_passing_attempt(pytester, monkeypatch):
     enable(monkeypatch, "rerunfailures")
     pytester.makepyfile(test_flaky=declare_source() + textwrap.dedent(
         """
@@ -139,7 +139,7 @@ def test_an_unwritable_simulator_folder_fails_only_the_tests_that_measure(pytest
 
 
 @pytest.mark.parametrize("table", ["[tool.pytest.ini_options]", "[tool.pytest]"])
-def test_toml_lists_and_numbers_are_read_as_they_are_typed(pytester, sim_state, monkeypatch, table):
+def test_toml_lists_and_numbers_are_read_as_they_are_typed(pytester, monkeypatch, table):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     devices = "[0, 1]" if table.endswith("ini_options]") else '["0", "1"]'    # native TOML: a list of strings
     pytester.makepyprojecttoml(f'{table}\ngpu_caps = ["60%", "80%"]\ngpu_devices = {devices}\nenergy_repeat = 2\n'
@@ -157,7 +157,7 @@ def test_toml_lists_and_numbers_are_read_as_they_are_typed(pytester, sim_state, 
     ("energy_repeat = 2.5", "*pyproject.toml: config option 'energy_repeat' expects one of int | string, got float: 2.5"),
     ('gpu_caps = ["60%", "fast"]', "--gpu-caps: 'fast' is not a cap"),
 ])
-def test_a_bad_toml_value_is_a_one_line_usage_error(pytester, sim_state, setting, message):
+def test_a_bad_toml_value_is_a_one_line_usage_error(pytester, setting, message):
     pytester.makepyprojecttoml(f"[tool.pytest]\n{setting}\n")
     pytester.makepyfile(test_t="def test_t():\n    pass\n")
     result = pytester.runpytest()
@@ -197,7 +197,7 @@ FORKS = textwrap.dedent(
 )
 
 
-def test_forked_children_end_on_sigterm_as_without_the_plugin(pytester, sim_state):
+def test_forked_children_end_on_sigterm_as_without_the_plugin(pytester):
     """Real processes: the handler the plugin installs while a cap is held never reaches a forked child."""
     pytester.makepyfile(test_forks=FORKS)
     plain = pytester.runpytest_subprocess("-k", "not capped", "-p", "no:cacheprovider")
@@ -207,7 +207,7 @@ def test_forked_children_end_on_sigterm_as_without_the_plugin(pytester, sim_stat
     capped.assert_outcomes(passed=1)
 
 
-def test_a_projects_own_energy_meter_fixture_is_left_alone(pytester, sim_state):
+def test_a_projects_own_energy_meter_fixture_is_left_alone(pytester):
     pytester.makeconftest(textwrap.dedent(
         """
         import pytest
@@ -254,7 +254,7 @@ def test_a_session_that_uses_nothing_touches_no_state_and_installs_no_handler(py
 
 # -- rough edges -------------------------------------------------------------------------------------
 
-def test_caps_given_to_single_parameter_sets_apply_to_those_only(pytester, sim_state):
+def test_caps_given_to_single_parameter_sets_apply_to_those_only(pytester):
     pytester.makepyfile(test_p=textwrap.dedent(
         """
         import pytest
@@ -270,7 +270,7 @@ def test_caps_given_to_single_parameter_sets_apply_to_those_only(pytester, sim_s
                                  "*test_train?large-250W? PASSED*"])
 
 
-def test_a_hand_parametrised_cap_is_a_usage_error_with_the_way_to_do_it(pytester, sim_state):
+def test_a_hand_parametrised_cap_is_a_usage_error_with_the_way_to_do_it(pytester):
     pytester.makepyfile(test_h=textwrap.dedent(
         """
         import pytest
@@ -287,7 +287,7 @@ def test_a_hand_parametrised_cap_is_a_usage_error_with_the_way_to_do_it(pytester
                                      "@pytest.mark.gpu_caps(150, '60%') or --gpu-caps instead"])
 
 
-def test_failed_and_xfailed_tests_are_saved_with_their_outcome_and_never_compared(pytester, sim_state, monkeypatch):
+def test_failed_and_xfailed_tests_are_saved_with_their_outcome_and_never_compared(pytester, monkeypatch):
     pytester.makepyfile(test_o=declare_source() + textwrap.dedent(
         """
         import os, pytest
@@ -321,7 +321,7 @@ def test_failed_and_xfailed_tests_are_saved_with_their_outcome_and_never_compare
     assert "2 cases not compared: their test did not pass (1 failed, 1 xfailed)" in " ".join(text.split())
 
 
-def test_a_unittest_testcase_or_getfixturevalue_runs_once_and_says_so(pytester, sim_state):
+def test_a_unittest_testcase_or_getfixturevalue_runs_once_and_says_so(pytester):
     pytester.makepyfile(test_u=textwrap.dedent(
         """
         import unittest, pytest
@@ -341,7 +341,7 @@ def test_a_unittest_testcase_or_getfixturevalue_runs_once_and_says_so(pytester, 
                                  "*test_u.py::TestOld::test_old, test_u.py::test_dynamic"])
 
 
-def test_the_simulators_seed_stays_out_of_the_tests_environment(pytester, sim_state, monkeypatch):
+def test_the_simulators_seed_stays_out_of_the_tests_environment(pytester, monkeypatch):
     monkeypatch.delenv("GPUENERGY_SIM_SEED")
     pytester.makepyfile(test_env=MEASURED + textwrap.dedent(
         """
@@ -354,7 +354,7 @@ def test_the_simulators_seed_stays_out_of_the_tests_environment(pytester, sim_st
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
 
 
-def test_cpu_only_ci_hiding_every_gpu_still_measures_on_the_simulator(pytester, sim_state, monkeypatch):
+def test_cpu_only_ci_hiding_every_gpu_still_measures_on_the_simulator(pytester, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.delenv("GPUENERGY_BACKEND")
     pytester.makepyfile(test_m=MEASURED)
@@ -363,14 +363,14 @@ def test_cpu_only_ci_hiding_every_gpu_still_measures_on_the_simulator(pytester, 
     result.stdout.fnmatch_lines(["gpuenergy: backend sim: simulated GPUs (no real measurement)"])
 
 
-def test_a_json_report_asked_for_is_written_when_nothing_was_measured(pytester, sim_state):
+def test_a_json_report_asked_for_is_written_when_nothing_was_measured(pytester):
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     pytester.runpytest("--energy-json=report.json").assert_outcomes(passed=1)
     report = json.loads((pytester.path / "report.json").read_text())
     assert report["runs"] == [] and report["comparisons"] == []
 
 
-def test_junit_properties_are_named_by_the_tests_gpu_not_the_workers(pytester, sim_state, monkeypatch):
+def test_junit_properties_are_named_by_the_tests_gpu_not_the_workers(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     pytester.makepyfile(test_j=MEASURED + "\ndef test_second(energy_meter):\n    with energy_meter:\n        pass\n")
     pytester.runpytest_subprocess("-n", "2", "--junitxml=out.xml", "-p", "no:cacheprovider").assert_outcomes(passed=2)
@@ -379,7 +379,7 @@ def test_junit_properties_are_named_by_the_tests_gpu_not_the_workers(pytester, s
     assert 'name="energy.gpu0.gpu_index" value="0"' in xml and 'name="energy.gpu0.gpu_index" value="1"' in xml
 
 
-def test_gpuenergy_runs_finds_the_projects_storage_from_a_subfolder(pytester, sim_state, monkeypatch):
+def test_gpuenergy_runs_finds_the_projects_storage_from_a_subfolder(pytester, monkeypatch):
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\nenergy_storage = 'results/energy'\n")
     pytester.makepyfile(test_m=MEASURED)
     pytester.runpytest("--energy-save").assert_outcomes(passed=1)
@@ -432,7 +432,7 @@ ORDERED = declare_source() + "".join(
 )
 
 
-def test_matrix_pytest_xdist_gives_each_test_the_figures_of_a_serial_run(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_xdist_gives_each_test_the_figures_of_a_serial_run(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     pytester.makepyfile(test_x=ORDERED)
     pytester.runpytest("--energy-json=serial.json").assert_outcomes(passed=4)
@@ -441,7 +441,7 @@ def test_matrix_pytest_xdist_gives_each_test_the_figures_of_a_serial_run(pyteste
     assert ets_by_case(pytester.path / "parallel.json") == ets_by_case(pytester.path / "serial.json")
 
 
-def test_matrix_pytest_randomly_shuffles_and_every_figure_stays_the_same(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_randomly_shuffles_and_every_figure_stays_the_same(pytester, monkeypatch):
     pytester.makepyfile(test_r=ORDERED)
     pytester.runpytest("--energy-json=ordered.json").assert_outcomes(passed=4)
     enable(monkeypatch, "randomly")
@@ -456,7 +456,7 @@ def test_matrix_pytest_randomly_shuffles_and_every_figure_stays_the_same(pyteste
         "passed": 1, "failed": 1, "skipped": 1, "xfailed": 1}
 
 
-def test_matrix_pytest_cov_measures_coverage_and_energy_side_by_side(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_cov_measures_coverage_and_energy_side_by_side(pytester, monkeypatch):
     enable(monkeypatch, "pytest_cov")
     pytester.makepyfile(work="def add(a, b):\n    return a + b\n", test_c=MEASURED + textwrap.dedent(
         """
@@ -481,7 +481,7 @@ def test_matrix_pytest_timeout_ends_a_capped_test_and_the_limit_comes_back(pytes
     assert not list((sim_state / "journal").glob("GPU-*.json"))
 
 
-def test_matrix_pytest_asyncio_measures_an_async_test(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_asyncio_measures_an_async_test(pytester, monkeypatch):
     enable(monkeypatch, "asyncio")
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_a=declare_source() + textwrap.dedent(
@@ -505,7 +505,7 @@ def test_matrix_pytest_asyncio_measures_an_async_test(pytester, sim_state, monke
     same_outcome_without_the_plugin(pytester, "test_plain.py", "-p", "asyncio")
 
 
-def test_matrix_pytest_benchmark_runs_as_without_the_plugin(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_benchmark_runs_as_without_the_plugin(pytester, monkeypatch):
     enable(monkeypatch, "benchmark")
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)   # (this suite's own worker: pytest-benchmark would turn off)
     pytester.makepyfile(test_b="def test_sum(benchmark):\n    assert benchmark(sum, range(100)) == 4950\n")
@@ -514,7 +514,7 @@ def test_matrix_pytest_benchmark_runs_as_without_the_plugin(pytester, sim_state,
     assert same_outcome_without_the_plugin(pytester, "-p", "benchmark") == {"passed": 1}
 
 
-def test_matrix_hypothesis_examples_are_the_repetitions_of_one_case(pytester, sim_state, monkeypatch):
+def test_matrix_hypothesis_examples_are_the_repetitions_of_one_case(pytester, monkeypatch):
     enable(monkeypatch, "hypothesispytest")
     pytester.makepyfile(test_h=declare_source() + textwrap.dedent(
         """
@@ -538,7 +538,7 @@ def test_matrix_hypothesis_examples_are_the_repetitions_of_one_case(pytester, si
     assert examples > 2 and [(c["case_id"], c["n"]) for c in cases] == [("test_h.py::test_property", examples)]
 
 
-def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, sim_state, monkeypatch):
+def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):
     enable(monkeypatch, "repeat")
     pytester.makepyfile(test_r="def test_r(gpu_power_cap, energy_meter):\n    with energy_meter:\n        pass\n")
     result = pytester.runpytest("-p", "repeat", "--count=2", "--gpu-caps=60%,100%", "-v")
@@ -547,13 +547,13 @@ def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, sim_state, monk
                                  "*test_r?2-2-60%? PASSED*", "*test_r?2-2-100%? PASSED*"])
 
 
-def test_matrix_doctest_modules_run_beside_measured_tests(pytester, sim_state):
+def test_matrix_doctest_modules_run_beside_measured_tests(pytester):
     pytester.makepyfile(lib='def double(x):\n    """\n    >>> double(2)\n    4\n    """\n    return 2 * x\n',
                         test_d=MEASURED)
     pytester.runpytest("--doctest-modules").assert_outcomes(passed=2)
 
 
-def test_matrix_w_error_strict_config_and_strict_markers_pass_a_suite_that_uses_the_plugin(pytester, sim_state):
+def test_matrix_w_error_strict_config_and_strict_markers_pass_a_suite_that_uses_the_plugin(pytester):
     """A real process: -W error sees every warning, also those of the plugin's import."""
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\ngpu_caps = ["60%", "100%"]\nenergy_repeat = 2\n')
     pytester.makepyfile(test_s=declare_source() + textwrap.dedent(

@@ -99,7 +99,7 @@ def test_a_damaged_run_document_is_one_line_naming_the_file_and_what_is_wrong(tm
 
 
 @pytest.mark.parametrize("name", ["ETS of 1.7e308 J", "negative ETS", "5000-digit integer", "nesting 100000 deep"])
-def test_the_gate_names_a_damaged_baseline_before_any_test_runs(pytester, sim_state, name):
+def test_the_gate_names_a_damaged_baseline_before_any_test_runs(pytester, name):
     pytester.makepyfile(test_m=spin_source() + "def test_m(gpu_power_cap, energy_meter):\n    with energy_meter:\n        spin(0.15)\n")
     pytester.runpytest("--energy-save").assert_outcomes(passed=1)
     (saved,) = (pytester.path / ".energy").rglob("*.json")
@@ -161,7 +161,7 @@ def test_any_figure_loads_and_compares_or_is_a_storage_error(tmp_path, field, va
     ("energy(compute_bound=10**5000)", "energy(compute_bound=) must be a number from 0 (memory-bound) to 1 (compute-bound), got an integer"),
     ("gpu_caps(10**5000)", "gpu_caps: an integer of about 5001 digits is not a plausible GPU power limit"),
 ])
-def test_a_bad_marker_value_is_a_usage_error_naming_the_test_and_the_value(pytester, sim_state, marker, message):
+def test_a_bad_marker_value_is_a_usage_error_naming_the_test_and_the_value(pytester, marker, message):
     pytester.makepyfile(test_user=f"import pytest\n\n@pytest.mark.{marker}\ndef test_a(gpu_power_cap, energy_meter):\n    pass\n")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
@@ -181,7 +181,7 @@ def test_a_bad_confidence_level_is_a_setting_error_naming_it(text):
         check_confidence(text)
 
 
-def test_a_bad_confidence_level_stops_the_session_before_any_test_runs(pytester, sim_state):
+def test_a_bad_confidence_level_stops_the_session_before_any_test_runs(pytester):
     # It once ran every test and then ended in a ValueError traceback.
     pytester.makepyfile(test_m="def test_m(energy_meter):\n    raise AssertionError('must not run')\n")
     result = pytester.runpytest_subprocess("--energy-compare", "--energy-confidence=0.5")

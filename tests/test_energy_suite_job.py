@@ -57,8 +57,7 @@ def main_job_in_process(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
         torch.set_num_threads(threads)
 
 
-def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(pytester, monkeypatch, sim_state,
-                                                                                      tmp_path):
+def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(pytester, monkeypatch, tmp_path):
     """Declared work on a virtual clock: the host's load is no part of a simulated figure. The same
     cases with the same seed in two interpreters (this one, quiet; a fresh one beside a CPU hog: other
     hash seeds, other timings) give the same figures. A CNN's and an RNN's step (compute- and
@@ -112,7 +111,7 @@ def test_the_main_job_passes_on_the_simulated_gpu(readme_main_job):
     assert len(saved_figures(storage)) == cases
 
 
-def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(readme_main_job, pytester, monkeypatch, sim_state):
+def test_ten_percent_more_declared_work_fails_its_budget_and_the_gate(readme_main_job, pytester, monkeypatch):
     """Unchanged, the step passed its budget in the main job (seed 1); the same step doing 10 % more
     work goes over it, and the gate, against the main job's saved run, calls it a regression. (A
     pytest session in this process, where torch is imported already: the main job above is the

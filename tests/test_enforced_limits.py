@@ -26,7 +26,7 @@ def cap_seen(pytester, label: str) -> dict:
     return json.loads((pytester.path / f"cap-{label}.json").read_text())
 
 
-def test_a_geforce_boards_percent_caps_are_of_its_default_not_its_maximum(pytester, sim_state, monkeypatch):
+def test_a_geforce_boards_percent_caps_are_of_its_default_not_its_maximum(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "RTX4090")
     rows = json.loads(cli_in_process("info", "--json", "--gpu-backend=sim").stdout)
     assert (rows[0]["default_limit_w"], rows[0]["min_limit_w"], rows[0]["max_limit_w"]) == (450.0, 150.0, 600.0)
@@ -41,7 +41,7 @@ def test_a_geforce_boards_percent_caps_are_of_its_default_not_its_maximum(pytest
     assert gpu_info()[0]["current_limit_w"] == 450.0                   # and back to its default after
 
 
-def test_a_budget_keyed_by_a_percent_cap_matches_the_defaults_share(pytester, sim_state, monkeypatch):
+def test_a_budget_keyed_by_a_percent_cap_matches_the_defaults_share(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "RTX4090")
     pytester.makepyfile(test_c=declare_source() + textwrap.dedent(
         """
@@ -58,7 +58,7 @@ def test_a_budget_keyed_by_a_percent_cap_matches_the_defaults_share(pytester, si
     result.stdout.fnmatch_lines(["*energy budget exceeded: ETS * > budget 1e-06 J*at cap 60% (enforced 270 W*"])
 
 
-def test_a_limit_enforced_in_steps_is_recorded_said_and_matched_by_the_cap_asked(pytester, sim_state, monkeypatch):
+def test_a_limit_enforced_in_steps_is_recorded_said_and_matched_by_the_cap_asked(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "limit_rounded")
     pytester.makepyfile(test_c=declare_source() + CAP_VALUE)
     result = pytester.runpytest("--gpu-caps=333", "--energy-save", "-W", "error", "-W", "ignore::pytest.PytestAssertRewriteWarning")

@@ -48,7 +48,7 @@ def saved_cases(storage: Path) -> list[dict]:
     return [case for path in sorted(storage.rglob("*.json")) for case in json.loads(path.read_text())["cases"]]
 
 
-def test_an_existing_suite_is_measured_budgeted_and_gated_with_no_test_rewritten(pytester, sim_state, monkeypatch):
+def test_an_existing_suite_is_measured_budgeted_and_gated_with_no_test_rewritten(pytester, monkeypatch):
     """The issue's scenario: 300 plain tests and a PyTorch training step, no fixture or marker, on a
     simulated 2-GPU machine under pytest-xdist; then budgets from that run, and one test made five
     times heavier fails at each cap, in one line, while every other passes."""
@@ -89,7 +89,7 @@ def test_an_existing_suite_is_measured_budgeted_and_gated_with_no_test_rewritten
                                      f"*energy-budgets.toml:*)"])
 
 
-def test_energy_all_measures_plain_and_unittest_tests_and_leaves_a_meters_regions_alone(pytester, sim_state):
+def test_energy_all_measures_plain_and_unittest_tests_and_leaves_a_meters_regions_alone(pytester):
     pytester.makepyfile(test_mix=PLAIN + declare_source() + textwrap.dedent(
         """
         import unittest
@@ -119,7 +119,7 @@ def test_energy_all_measures_plain_and_unittest_tests_and_leaves_a_meters_region
     assert json.loads((pytester.path / "report.json").read_text())["runs"] == []
 
 
-def test_energy_all_runs_every_test_once_per_cap_and_a_marker_chooses_a_tests_own(pytester, sim_state):
+def test_energy_all_runs_every_test_once_per_cap_and_a_marker_chooses_a_tests_own(pytester):
     pytester.makepyfile(test_caps=PLAIN + textwrap.dedent(
         """
         import pytest
@@ -143,7 +143,7 @@ def test_energy_all_runs_every_test_once_per_cap_and_a_marker_chooses_a_tests_ow
         ("test_takes_the_fixture[100%]", 700.0), ("test_takes_the_fixture[60%]", 420.0)]
 
 
-def test_energy_top_lists_the_heaviest_cases_within_80_columns(pytester, sim_state, monkeypatch):
+def test_energy_top_lists_the_heaviest_cases_within_80_columns(pytester, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     pytester.makepyfile(test_top=PLAIN + "".join(f"\ndef test_{i}():\n    spin({0.002 * (i + 1)})\n" for i in range(6)))
     result = pytester.runpytest("--energy-all", "--energy-top=3")
@@ -181,7 +181,7 @@ ets_j = 1000.0
     (GOOD_BUDGET + "\n" + GOOD_BUDGET.split("\n\n", 1)[1], "*budgets.toml:10: a second budget for test_b.py::test_work*(the first is at*budgets.toml:4)"),
     ("team = 'vision'\n" + GOOD_BUDGET, "*budgets.toml:1: unknown key 'team'*"),
 ])
-def test_a_bad_budgets_file_is_a_one_line_usage_error_naming_file_and_line(pytester, sim_state, text, message):
+def test_a_bad_budgets_file_is_a_one_line_usage_error_naming_file_and_line(pytester, text, message):
     (pytester.path / "budgets.toml").write_text(text)
     pytester.makepyfile(test_b="def test_work():\n    pass\n")
     result = pytester.runpytest("--energy-budgets=budgets.toml")
@@ -191,7 +191,7 @@ def test_a_bad_budgets_file_is_a_one_line_usage_error_naming_file_and_line(pytes
     assert "Traceback" not in result.stderr.str()
 
 
-def test_a_budgets_file_gates_a_test_a_marker_wins_and_a_vanished_test_is_named(pytester, sim_state):
+def test_a_budgets_file_gates_a_test_a_marker_wins_and_a_vanished_test_is_named(pytester):
     budgets = GOOD_BUDGET.replace("ets_j = 1000.0", "ets_j = 0.001") + textwrap.dedent(
         """
         [[budget]]
@@ -236,7 +236,7 @@ def test_a_budgets_file_gates_a_test_a_marker_wins_and_a_vanished_test_is_named(
     assert "test_work, which this session did not" not in selected.stdout.str()
 
 
-def test_gpuenergy_budgets_writes_each_figure_plus_the_margin_never_below_its_bound(pytester, sim_state):
+def test_gpuenergy_budgets_writes_each_figure_plus_the_margin_never_below_its_bound(pytester):
     pytester.makepyfile(test_b=PLAIN + textwrap.dedent(
         """
         import pytest
@@ -278,7 +278,7 @@ def test_gpuenergy_budgets_writes_each_figure_plus_the_margin_never_below_its_bo
 
 # -- pytest-benchmark and the hooks ---------------------------------------------------------------
 
-def test_a_benchmark_carries_its_energy_per_call_in_its_json(pytester, sim_state, monkeypatch):
+def test_a_benchmark_carries_its_energy_per_call_in_its_json(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_PYTEST_ADDOPTS.replace("-p no:benchmark", ""))
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_bench=textwrap.dedent(
@@ -306,7 +306,7 @@ def test_a_benchmark_carries_its_energy_per_call_in_its_json(pytester, sim_state
     off.assert_outcomes(passed=2)
 
 
-def test_a_teams_hooks_see_the_machine_the_run_and_every_result(pytester, sim_state):
+def test_a_teams_hooks_see_the_machine_the_run_and_every_result(pytester):
     pytester.makeconftest(textwrap.dedent(
         """
         SEEN = []
@@ -343,7 +343,7 @@ def test_a_teams_hooks_see_the_machine_the_run_and_every_result(pytester, sim_st
     assert all(ets > 0 for _, ets in seen)
 
 
-def test_a_run_a_hook_broke_is_not_saved_and_says_why(pytester, sim_state):
+def test_a_run_a_hook_broke_is_not_saved_and_says_why(pytester):
     pytester.makeconftest("def pytest_gpuenergy_update_run(config, run):\n    run['cases'][0]['repetitions'] = 'oops'\n")
     pytester.makepyfile(test_h=declare_source() + "\ndef test_one(energy_meter):\n    energy_meter.measure(declare, 0.01)\n")
     result = pytester.runpytest("--energy-save")

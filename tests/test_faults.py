@@ -92,7 +92,7 @@ def test_a_timeout_plugin_killing_the_test(pytester, sim_state, method):
         assert limit_w() == 700.0
 
 
-def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim_state, monkeypatch):
+def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     # GPU 1 falls off the bus after a few calls: the capped test on it errors clearly.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "lost@1=12")
@@ -123,7 +123,7 @@ def test_a_gpu_lost_mid_test_errors_that_test_and_the_others_go_on(pytester, sim
         assert "could not be set back" in text and "gpuenergy restore" in text
 
 
-def test_a_read_back_error_while_capping_is_retried(pytester, sim_state, monkeypatch):
+def test_a_read_back_error_while_capping_is_retried(pytester, monkeypatch):
     # The limit reads around the first set fail once each: transient, so retried.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error=2-2")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
@@ -177,7 +177,7 @@ def test_two_sessions_share_a_gpu_without_clashing(pytester, sim_state):
     assert limit_w() == 700.0 and no_journal(sim_state)
 
 
-def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester, sim_state):
+def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester):
     pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
     holder = start_pytest(pytester, "--gpu-caps=min")
     wait_for(pytester.path / "capped")
@@ -192,7 +192,7 @@ def test_a_gpu_held_too_long_by_another_session_is_a_clear_error(pytester, sim_s
     assert limit_w() == 700.0
 
 
-def test_another_process_on_the_gpu_is_named(pytester, sim_state):
+def test_another_process_on_the_gpu_is_named(pytester):
     ready = pytester.path / "hog-ready"
     hog = subprocess.Popen([sys.executable, "-c", textwrap.dedent(
         f"""
@@ -222,7 +222,7 @@ def test_another_process_on_the_gpu_is_named(pytester, sim_state):
         hog.wait()
 
 
-def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, sim_state, monkeypatch):
+def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    pass\n")
     capped = pytester.runpytest("--gpu-caps=300")
@@ -233,7 +233,7 @@ def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, s
     uncapped.stdout.fnmatch_lines(["*gpuenergy: unavailable: *NVML failed: Unknown Error*"])
 
 
-def test_a_transient_error_while_setting_a_cap_is_retried(pytester, sim_state, monkeypatch):
+def test_a_transient_error_while_setting_a_cap_is_retried(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=1-2")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == 300.0\n")
     pytester.runpytest("--gpu-caps=300").assert_outcomes(passed=1)
@@ -250,7 +250,7 @@ MEASURED = spin_source() + textwrap.dedent(
 )
 
 
-def test_concurrent_saves_keep_both_runs(pytester, sim_state):
+def test_concurrent_saves_keep_both_runs(pytester):
     from pytest_gpuenergy.runs.store import RunStore
 
     pytester.makepyfile(test_m=MEASURED)
@@ -261,7 +261,7 @@ def test_concurrent_saves_keep_both_runs(pytester, sim_state):
     assert len(RunStore(pytester.path / ".energy").runs()) == 2
 
 
-def test_a_save_killed_halfway_leaves_no_partial_document(pytester, sim_state):
+def test_a_save_killed_halfway_leaves_no_partial_document(pytester):
     from pytest_gpuenergy.runs.store import RunStore
 
     pytester.makepyfile(test_m=MEASURED)

@@ -89,7 +89,7 @@ BAD_OPTION_VALUES = [
 
 
 @pytest.mark.parametrize(("option", "value"), BAD_OPTION_VALUES)
-def test_bad_options_are_usage_errors_not_tracebacks(pytester, sim_state, option, value):
+def test_bad_options_are_usage_errors_not_tracebacks(pytester, option, value):
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest(f"{option}={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, (option, value, result.stdout.str())

@@ -73,7 +73,7 @@ def test_an_unchanged_run_is_noise_and_30_percent_more_work_is_a_regression(pyte
     assert "Traceback" not in worse.stdout.str()
 
 
-def test_a_case_without_baseline_is_new_and_compare_alone_never_fails(pytester, sim_state):
+def test_a_case_without_baseline_is_new_and_compare_alone_never_fails(pytester):
     pytester.makepyfile(test_suite=suite(0.01))
     result = pytester.runpytest("--gpu-caps=100%", "--energy-compare")
     assert result.ret == pytest.ExitCode.OK
@@ -81,7 +81,7 @@ def test_a_case_without_baseline_is_new_and_compare_alone_never_fails(pytester, 
     assert "no saved run for NVIDIA H100 80GB HBM3 (simulated) (sim)" in flat and "every case is new" in flat
 
 
-def test_reports_and_the_ci_job_summary(pytester, sim_state, monkeypatch):
+def test_reports_and_the_ci_job_summary(pytester, monkeypatch):
     summary = pytester.path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     pytester.makepyfile(test_suite=suite(0.01))
@@ -101,7 +101,7 @@ def test_reports_and_the_ci_job_summary(pytester, sim_state, monkeypatch):
     assert 'name="energy.gpu0.ets_j"' in junit and 'name="energy.gpu0.simulated" value="True"' in junit
 
 
-def test_xdist_gives_the_same_cases_as_a_single_process(pytester, sim_state):
+def test_xdist_gives_the_same_cases_as_a_single_process(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_suite=suite(0.01) + textwrap.dedent(
         """
@@ -124,7 +124,7 @@ def test_xdist_gives_the_same_cases_as_a_single_process(pytester, sim_state):
     assert len(two.cases) == 10 and len({c.key for c in two.cases}) == 10   # nothing lost, nothing doubled
 
 
-def test_a_corrupt_baseline_is_named_and_left_untouched(pytester, sim_state):
+def test_a_corrupt_baseline_is_named_and_left_untouched(pytester):
     pytester.makepyfile(test_suite=suite(0.01))
     pytester.runpytest("--gpu-caps=100%", "--energy-save").assert_outcomes(passed=2)
     (saved,) = saved_runs(pytester)
@@ -144,7 +144,7 @@ def test_a_corrupt_baseline_is_named_and_left_untouched(pytester, sim_state):
     assert str(foreign) in result.stderr.str() and foreign.read_text() == '{"hello": "world"}'
 
 
-def test_a_named_baseline_of_the_other_backend_is_not_compared(pytester, sim_state):
+def test_a_named_baseline_of_the_other_backend_is_not_compared(pytester):
     pytester.makepyfile(test_suite=suite(0.01))
     pytester.runpytest("--gpu-caps=100%", "--energy-save").assert_outcomes(passed=2)
     (saved,) = saved_runs(pytester)
@@ -162,14 +162,14 @@ def test_a_named_baseline_of_the_other_backend_is_not_compared(pytester, sim_sta
 
 
 @pytest.mark.parametrize("value", ["ets", "ets:five", "power:5%", "ets:-5%", "ets:5%,ets:6%", ""])
-def test_bad_thresholds_are_usage_errors(pytester, sim_state, value):
+def test_bad_thresholds_are_usage_errors(pytester, value):
     pytester.makepyfile(test_suite=suite(0.01))
     result = pytester.runpytest(f"--energy-fail={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--energy-fail" in result.stderr.str() and "Traceback" not in result.stderr.str()
 
 
-def test_gpuenergy_compare_and_runs_on_saved_documents(pytester, sim_state, monkeypatch):
+def test_gpuenergy_compare_and_runs_on_saved_documents(pytester, monkeypatch):
     pytester.makepyfile(test_suite=suite(0.01))
     monkeypatch.setenv("GPUENERGY_SIM_NOISE", "0.02")
     for _ in range(2):
@@ -183,7 +183,7 @@ def test_gpuenergy_compare_and_runs_on_saved_documents(pytester, sim_state, monk
     assert "noise" in compared.stdout and (pytester.path / "c.html").exists()
 
 
-def test_a_gated_run_fits_80_columns_prints_one_table_and_says_skipped_caps_once(pytester, sim_state, monkeypatch):
+def test_a_gated_run_fits_80_columns_prints_one_table_and_says_skipped_caps_once(pytester, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     pytester.makepyfile(test_suite=suite(0.01))
     pytester.runpytest("--gpu-caps=20%,100%", "--energy-save").assert_outcomes(passed=2, skipped=2)

@@ -291,3 +291,212 @@ def test_in_a_users_run_an_estimate_outside_its_bound_is_moved_to_its_edge_and_s
     assert len(notes) == 1 and "outside its own bound" in notes[0] and "please report it" in notes[0]
     quiet: list[str] = []
     assert within_bound(5.0, 1.0, 10.0, quiet, "power readings") == 5.0 and not quiet
+
+
+# -- the energy counter: which neighbours an edge is priced from (mutation testing) --------------------
+
+def test_a_head_longer_than_its_rest_is_priced_from_the_interval_before_even_with_only_two_publications_before():
+    """100 W until 0.12 s, 500 W until 0.2 s, then 300 W; the region [0.12, 1.0] drew 40 + 240 J. Its head
+    (80 ms of the interval 0.1-0.2 s) is the longer piece, so the 20 ms before the region are priced at
+    the 100 W of the interval before (0.0-0.1 s, the only one there): exact. The region's own 300 W
+    would give the head 24 J."""
+    history = Steps((0.0, 100.0), (0.12, 500.0), (0.2, 300.0))
+    energy = counter_region(history, 0.12, 1.0)
+    assert energy.ets_j == pytest.approx(280.0, rel=1e-3)
+
+
+def test_a_tail_the_counter_cannot_hold_is_noted_as_power_changing_faster_than_the_counter():
+    """300 W until 1.8 s, then idle: the tail (20 ms after the publication at 1.8 s) at the region's
+    300 W would be 6 J, but its interval drew nothing, so the tail gets 0 J (exact: 384 J) and the
+    note says the estimate had to be moved that far."""
+    energy = counter_region(Steps((0.0, 300.0), (1.8, 0.0)), 0.52, 1.82)
+    assert energy.ets_j == pytest.approx(300.0 * 1.28, rel=1e-3)
+    assert any("the power changed faster than the energy counter published" in note for note in energy.notes)
+
+
+def test_a_final_region_with_no_publication_after_it_prices_its_tail_at_its_own_power_without_a_note():
+    """100 W throughout, publications until 1.8 s, the region [1.52, 1.83] (final: none will come):
+    the 30 ms tail takes the region's 100 W (3 J), and nothing was moved, so no note: 31 J."""
+    pubs = [p for p in exact_counter(Steps((0.0, 100.0))) if p.latest <= 1.8 + 1e-9]
+    energy = counter_energy(pubs, 1.52, 1.83, ceiling_w=CEILING_W, limit_w=LIMIT_W, final=True)
+    assert energy.ets_j == pytest.approx(31.0, rel=1e-3)
+    assert not any("the power changed faster" in note for note in energy.notes)
+
+
+def test_a_short_tail_needs_only_one_publication_after_the_region():
+    """The tail of [0.52, 1.82] is 20 ms of the interval 1.8-1.9 s, the shorter piece: it is priced at
+    the region's own power, so the publication at 1.9 s is all the figure waits for."""
+    pubs = [p for p in exact_counter(Steps((0.0, 300.0))) if p.latest <= 1.9 + 1e-9]
+    energy = counter_energy(pubs, 0.52, 1.82, ceiling_w=CEILING_W, limit_w=LIMIT_W)
+    assert energy.ets_j == pytest.approx(300.0 * 1.30, rel=1e-3)
+
+
+def test_an_edge_exactly_halfway_between_publications_takes_the_regions_own_power_and_waits_for_no_more():
+    """Publications every 1/8 s (exact in binary, so the halves are exactly equal). 100 W until 0.5 s,
+    then 500 W; the region [0.5625, 1.8125] has both edges halfway between publications. At a tie
+    the edge is priced at the region's own power (500 W: exact here; the 100 W of the interval before
+    would give the head 48 J for 31.25), and the tail needs no publication after 1.875 s."""
+    period = 0.125
+    counter = exact_counter(Steps((0.0, 100.0), (0.5, 500.0)), period_s=period)
+    pubs = [p for p in counter if p.latest <= 1.875]
+    energy = counter_energy(pubs, 0.5625, 1.8125, ceiling_w=CEILING_W, limit_w=LIMIT_W)
+    assert energy.ets_j == pytest.approx(500.0 * 1.25, rel=1e-3)
+
+
+# -- power readings: when a figure can be given -----------------------------------------------------
+
+U = 1 / 64           # s: binary-exact times for the power-reading tests, so edges that meet do so exactly
+EIGHTH = 0.125       # s: their publication period
+
+
+def readings(watts_by_end: dict[float, float]) -> list[Publication]:
+    """Power publications at exactly known moments: {moment: mean watts of the window before it}."""
+    return [Publication(end, end, round(watts * 1000), k) for k, (end, watts) in enumerate(sorted(watts_by_end.items()))]
+
+
+def steady(watts: float, until_s: float = 2.0) -> list[Publication]:
+    return readings({k * EIGHTH: watts for k in range(1, int(until_s / EIGHTH) + 1)})
+
+
+def test_sampled_power_waits_for_a_reading_whose_whole_window_lies_after_the_region():
+    """The last window [63/64, 1] s ends after the region [0.25, 0.99] but starts inside it."""
+    from pytest_gpuenergy.meter.integrate import NotYet
+
+    with pytest.raises(NotYet):
+        sampled_energy(steady(300.0, until_s=1.0), 0.25, 0.99, window_s=U, ceiling_w=CEILING_W)
+
+
+def test_a_reading_whose_window_begins_exactly_at_the_regions_end_is_enough():
+    energy = sampled_energy(steady(300.0, until_s=1.0), 0.25, 1.0 - U, window_s=U, ceiling_w=CEILING_W)
+    assert energy.ets_j == pytest.approx(300.0 * (0.75 - U))
+
+
+def test_a_final_figure_is_given_without_readings_after_the_region():
+    energy = sampled_energy(steady(300.0, until_s=1.0), 0.25, 1.2, window_s=U, ceiling_w=CEILING_W, final=True)
+    assert energy.ets_j == pytest.approx(300.0 * 0.95)
+
+
+# -- power readings: which readings stand for the region --------------------------------------------
+
+def test_a_region_exactly_one_window_long_is_known_exactly():
+    pubs = steady(300.0)
+    energy = sampled_energy(pubs, 1.0 - U, 1.0, window_s=U, ceiling_w=CEILING_W)
+    assert not energy.coarse
+    assert energy.ets_j == energy.low_j == energy.high_j == pytest.approx(300.0 * U)
+
+
+def test_a_reading_whose_window_starts_before_the_region_is_not_clean_and_makes_the_figure_coarse():
+    """The region [1 - 1/128, 1 + 1/16] s holds the end of the window [63/64, 1] s and no whole window."""
+    energy = sampled_energy(steady(300.0), 1.0 - U / 2, 1.0 + 4 * U, window_s=U, ceiling_w=CEILING_W)
+    assert energy.coarse
+    assert energy.ets_j == pytest.approx(300.0 * 4.5 * U)
+    assert (energy.low_j, energy.high_j) == (0.0, pytest.approx(CEILING_W * 4.5 * U))
+    assert any("every power reading of the region averages a window (16 ms) reaching outside it" in note
+               and "coarse" in note for note in energy.notes)
+
+
+def test_a_region_inside_one_long_window_takes_that_readings_power_and_names_its_window():
+    """Readings that average the second before them (nvmlDeviceGetPowerUsage on Ampere and newer)."""
+    pubs = readings({1.0: 400.0, 2.0: 200.0})
+    energy = sampled_energy(pubs, 0.25, 0.5, window_s=1.0, ceiling_w=CEILING_W)
+    assert energy.coarse and energy.ets_j == pytest.approx(100.0)
+    assert any("averages a window (1000 ms) reaching outside it" in note for note in energy.notes)
+
+
+def test_a_region_between_readings_is_interpolated_from_the_nearest_reading_on_each_side():
+    """Windows of 1/64 s every 1/8 s; the region starts where the window ending at 7/8 s ends and
+    ends where the next one begins, so no window overlaps it. It takes 200 W (the reading before)
+    up to halfway between the two windows' centres and 400 W (the one after) from there: 600 W *
+    7/128 s. The peak is the higher of those two readings, not the spikes further out."""
+    pubs = readings({0.625: 300.0, 0.75: 600.0, 0.875: 200.0, 1.0: 400.0, 1.125: 700.0, 1.25: 300.0})
+    energy = sampled_energy(pubs, 0.875, 1.0 - U, window_s=U, ceiling_w=CEILING_W)
+    assert energy.coarse
+    assert energy.ets_j == pytest.approx(600.0 * 7 / 128)
+    assert energy.peak_power_w == 400.0
+    assert (energy.low_j, energy.high_j) == (0.0, pytest.approx(CEILING_W * 7 * U))
+    import re
+
+    assert any(re.fullmatch(r"no power reading was published inside the region: .*ETS is interpolated and coarse", note)
+               for note in energy.notes)
+
+
+def test_a_zero_length_region_at_the_end_of_a_window_takes_the_readings_on_both_sides():
+    pubs = readings({0.75: 600.0, 0.875: 200.0, 1.0: 400.0, 1.125: 700.0})
+    energy = sampled_energy(pubs, 0.875, 0.875, window_s=U, ceiling_w=CEILING_W)
+    assert energy.ets_j == 0.0 and energy.peak_power_w == 400.0
+
+
+# -- power readings: the bound -----------------------------------------------------------------------
+
+def test_each_gap_inside_the_region_is_bounded_by_the_readings_of_the_region_within_two_periods():
+    """Region [0, 96/64] s; whole windows A [0, 1] (200 W), B [40, 41] (300 W), D [56, 57] (400 W),
+    C [95, 96] (500 W), in 1/64 s; a period is 8/64 s. The gaps: G1 (1, 40) sees A and B (D starts
+    exactly two periods after it: not within), G2 (41, 56) sees B and D, G3 (57, 95) sees D and C (B
+    ends exactly two periods before it). Each gap draws between the least and the most reading it
+    sees, widened by half their spread and by the 1 mW resolution."""
+    pubs = readings({1 * U: 200.0, 41 * U: 300.0, 57 * U: 400.0, 96 * U: 500.0, 104 * U: 500.0})
+    energy = sampled_energy(pubs, 0.0, 96 * U, window_s=U, ceiling_w=CEILING_W, period_s=EIGHTH)
+    covered_j = (200.0 + 300.0 + 400.0 + 500.0) * U
+    gaps = [(39 * U, 200.0, 300.0), (15 * U, 300.0, 400.0), (38 * U, 400.0, 500.0)]
+    low_j = covered_j + sum(s * (lo - (hi - lo) / 2 - 0.001) for s, lo, hi in gaps)
+    high_j = covered_j + sum(s * (hi + (hi - lo) / 2 + 0.001) for s, lo, hi in gaps)
+    assert energy.low_j == pytest.approx(low_j, rel=1e-12)
+    assert energy.high_j == pytest.approx(high_j, rel=1e-12)
+    # each window stands for the time halfway to its neighbours' centres
+    assert energy.ets_j == pytest.approx((200.0 * 20.5 + 300.0 * 28 + 400.0 * 27.5 + 500.0 * 20) * U)
+    assert not energy.coarse and energy.peak_power_w == 500.0
+
+
+def test_an_unseen_head_and_tail_are_bounded_by_the_readings_within_a_period_outside_the_region_too():
+    """Idle (50 W) outside the region [4, 88] (in 1/64 s), 450 W inside. Its head (4, 8) sees the idle
+    reading ending at 2 and the one of A [8, 9]: 50 to 450 W, widened by half the spread, 0 to 650 W;
+    its tail (81, 88) sees C [80, 81] and the idle one starting at 92: the same. The gaps between
+    whole windows see only the region's readings."""
+    pubs = readings({2 * U: 50.0, 9 * U: 450.0, 41 * U: 450.0, 81 * U: 450.0, 93 * U: 50.0})
+    energy = sampled_energy(pubs, 4 * U, 88 * U, window_s=U, ceiling_w=CEILING_W, period_s=EIGHTH)
+    covered_j = 3 * 450.0 * U
+    assert energy.low_j == pytest.approx(covered_j + (31 + 39) * U * 449.999, rel=1e-12)
+    assert energy.high_j == pytest.approx(covered_j + (31 + 39) * U * 450.001 + 11 * U * 650.001, rel=1e-12)
+    assert energy.low_j <= 450.0 * 84 * U <= energy.high_j
+
+
+def test_readings_that_average_longer_than_they_are_published_apart_count_each_moment_once():
+    """Each reading averages the second before it and comes every 1/8 s, so clean windows overlap.
+    300 W until 2 s, then 500 W: the windows [0, 1], [1, 2], ... tile the region [0, 5] exactly, so
+    its energy (2100 J) is known exactly, and the estimate is that; counting overlapping windows
+    each in full would put eight times the energy in the bound."""
+    history = Steps((0.0, 300.0), (2.0, 500.0))
+    pubs = readings({k * EIGHTH: history.energy_j(k * EIGHTH - 1.0, k * EIGHTH) for k in range(1, 49)})
+    energy = sampled_energy(pubs, 0.0, 5.0, window_s=1.0, ceiling_w=CEILING_W, period_s=EIGHTH)
+    assert energy.low_j == energy.high_j == pytest.approx(2100.0)
+    assert energy.ets_j == pytest.approx(2100.0)
+
+
+def test_a_reading_above_the_assumed_ceiling_widens_the_bound_instead_of_falling_outside_it():
+    """A GPU read at 800 W where the meter assumed at most 770 W: the readings show it can, so the
+    unseen time between windows may draw that much too (strict mode would raise otherwise)."""
+    energy = sampled(Steps((0.0, 800.0)), 0.537, 1.843)
+    assert energy.ets_j == pytest.approx(800.0 * 1.306, rel=1e-3)
+    assert energy.low_j <= 800.0 * 1.306 <= energy.high_j
+
+
+# -- power readings: held-up samplers -----------------------------------------------------------------
+
+def gap_notes_of(pubs: list[Publication], t0: float, t1: float, period_s: float) -> list[str]:
+    energy = sampled_energy(pubs, t0, t1, window_s=U, ceiling_w=CEILING_W, period_s=period_s)
+    return [note for note in energy.notes if "power was not read for" in note]
+
+
+def test_a_reading_gap_of_exactly_two_periods_is_not_noted():
+    pubs = readings({k * EIGHTH: 300.0 for k in (1, 2, 3, 5, 6, 7, 8)})      # none at 4/8 s: 2/8 s apart
+    assert gap_notes_of(pubs, 0.0, 0.9, EIGHTH) == []
+
+
+@pytest.mark.parametrize("moments, noted_ms", [
+    ([0.1, 0.2, 0.3, 0.55, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4], "250"),     # 2.5 periods
+    ([0.1, 0.2, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4], "600"),
+])
+def test_a_reading_gap_of_more_than_two_periods_is_noted_with_its_length(moments, noted_ms):
+    pubs = readings(dict.fromkeys(moments, 300.0))
+    [note] = gap_notes_of(pubs, 0.05, 1.25, 0.1)
+    assert f"power was not read for {noted_ms} ms of the region (the sampler was held up)" in note

@@ -44,7 +44,7 @@ def exact_j(backend, gpu, t0: float, t1: float) -> float:
     ("H100", "", "0", "virtual", ["counter"]), ("H100", "no_counter", "0", "virtual", ["sampling"]),
     ("H100,H100", "no_counter@1", "2.4", "wall", ["counter", "sampling"]),
 ], ids=["counter", "sampling", "in-real-time-counter-read-in-2.4ms-as-on-a-real-H100-and-sampling-side-by-side"])
-def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(sim_state, monkeypatch, gpus, faults,
+def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(monkeypatch, gpus, faults,
                                                                         counter_read_ms, clock, methods):
     """In real time two GPUs share the regions: GPU 0 read by its counter, each read taking 2.4 ms as on
     a real H100 (reads at no cost: the virtual clock's case), GPU 1 (no counter) by sampling."""
@@ -237,7 +237,7 @@ def test_measure_rejects_bad_arguments(backend, kwargs, message):
         meter.measure(spin, 0.01, **kwargs)
 
 
-def test_the_meter_reports_what_its_recorder_cost(sim_state, monkeypatch):
+def test_the_meter_reports_what_its_recorder_cost(monkeypatch):
     """The overhead benchmark's decomposition reads this: CPU the recorder thread used in a region
     (in real time: on the simulator's virtual clock the recorder runs without a thread)."""
     monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
@@ -250,7 +250,7 @@ def test_the_meter_reports_what_its_recorder_cost(sim_state, monkeypatch):
     assert 0.0 < meter.last_thread_cpu_s < 0.1   # a few reads per 100 ms tick, never the work itself
 
 
-def test_each_backend_has_its_own_recorders_so_no_test_depends_on_another(sim_state):
+def test_each_backend_has_its_own_recorders_so_no_test_depends_on_another():
     """Lattices live with a backend's recorders, not in a process-wide cache: a new backend (a new
     session) learns afresh, and closing a backend stops its threads."""
     first = open_backend("sim")
@@ -268,7 +268,7 @@ def test_each_backend_has_its_own_recorders_so_no_test_depends_on_another(sim_st
     second.close()
 
 
-def test_reads_too_slow_to_date_the_ticks_still_give_a_bound_that_holds_the_truth(sim_state, monkeypatch):
+def test_reads_too_slow_to_date_the_ticks_still_give_a_bound_that_holds_the_truth(monkeypatch):
     """12 ms per counter read (the H100's p99 was 16 ms): the publications are dated only within
     wide brackets, and the bound says so by being wider; it still holds the exact integral."""
     monkeypatch.setenv("GPUENERGY_SIM_COUNTER_READ_MS", "12")

@@ -114,7 +114,7 @@ MANY = textwrap.dedent(
 )
 
 
-def test_a_test_holds_one_gpu_unless_it_asks_for_more(pytester, sim_state, monkeypatch):
+def test_a_test_holds_one_gpu_unless_it_asks_for_more(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100,H100")
     pytester.makepyfile(test_many=MANY)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gpu-caps=80%", "-rs")
@@ -160,7 +160,7 @@ EIGHT = textwrap.dedent(
 )
 
 
-def test_four_xdist_workers_on_four_gpus_run_side_by_side_one_gpu_each(pytester, sim_state, monkeypatch):
+def test_four_xdist_workers_on_four_gpus_run_side_by_side_one_gpu_each(pytester, monkeypatch):
     pytest.importorskip("xdist")
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100,H100,H100")
     pytester.makepyfile(test_eight=EIGHT)
@@ -260,7 +260,7 @@ class TwinRanks:
         return tuple(replace(part, host=f"node-{'ab'[rank]}", rank=rank) for rank in (0, 1) for part in parts)
 
 
-def test_the_meter_agrees_on_calls_and_gives_every_rank_the_total(sim_state):
+def test_the_meter_agrees_on_calls_and_gives_every_rank_the_total():
     from pytest_gpuenergy.meter import EnergyMeter
     from pytest_gpuenergy.sim.roofline import GpuWork
 
@@ -296,7 +296,7 @@ PINNED = textwrap.dedent(
 )
 
 
-def test_on_real_gpus_an_xdist_workers_cuda_sees_its_own_gpu_first(pytester, sim_state, monkeypatch):
+def test_on_real_gpus_an_xdist_workers_cuda_sees_its_own_gpu_first(pytester, monkeypatch):
     """The NVML code path (the simulator standing in for the library): CUDA_VISIBLE_DEVICES follows the worker."""
     pytest.importorskip("xdist")
     from test_plugin_core import FAKE_DRIVER

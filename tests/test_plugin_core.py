@@ -26,7 +26,7 @@ def write(pytester: pytest.Pytester, source: str, name: str = "test_user") -> No
     pytester.makepyfile(**{name: "import pytest\n" + source})
 
 
-def test_three_caps_give_three_passing_simulated_cases(pytester, sim_state):
+def test_three_caps_give_three_passing_simulated_cases(pytester):
     write(pytester, MEASURED_TEST)
     result = pytester.runpytest("--gpu-caps=60%,80%,100%", "-v")
     result.assert_outcomes(passed=3)
@@ -44,13 +44,13 @@ def test_three_caps_give_three_passing_simulated_cases(pytester, sim_state):
     ])
 
 
-def test_caps_in_watts_and_names_have_readable_ids_and_duplicates_merge(pytester, sim_state):
+def test_caps_in_watts_and_names_have_readable_ids_and_duplicates_merge(pytester):
     write(pytester, "def test_a(gpu_power_cap):\n    assert gpu_power_cap.enforced_w == gpu_power_cap.requested_w\n")
     result = pytester.runpytest("--gpu-caps=250,250W,min,max,default,100%", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["*test_a?250W?", "*test_a?min?", "*test_a?max?", "*test_a?default?", "4 tests collected*"])
 
 
-def test_the_cap_value_tells_requested_enforced_and_gpu(pytester, sim_state):
+def test_the_cap_value_tells_requested_enforced_and_gpu(pytester):
     write(pytester, textwrap.dedent(
         """
         def test_cap(gpu_power_cap):
@@ -64,7 +64,7 @@ def test_the_cap_value_tells_requested_enforced_and_gpu(pytester, sim_state):
     pytester.runpytest("--gpu-caps=60%").assert_outcomes(passed=1)
 
 
-def test_an_ini_option_works_like_the_flag(pytester, sim_state):
+def test_an_ini_option_works_like_the_flag(pytester):
     pytester.makeini("[pytest]\ngpu_caps = 300,min\ngpu_backend = sim\n")
     write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
     pytester.runpytest().assert_outcomes(passed=2)
@@ -86,7 +86,7 @@ def test_without_caps_a_test_runs_once_and_changes_nothing(pytester, sim_state, 
     assert not (sim_state / "journal").exists() or not any((sim_state / "journal").glob("GPU-*.json"))
 
 
-def test_a_marker_chooses_the_tests_own_caps(pytester, sim_state):
+def test_a_marker_chooses_the_tests_own_caps(pytester):
     write(pytester, textwrap.dedent(
         """
         @pytest.mark.gpu_caps(300, "50%")
@@ -103,7 +103,7 @@ def test_a_marker_chooses_the_tests_own_caps(pytester, sim_state):
 
 
 @pytest.mark.parametrize("bad", ["abc", "-5", "0", "1e9", "50%%", "", "150,,200", "nan", "300%", "inf"])
-def test_every_bad_cap_is_a_usage_error_naming_it(pytester, sim_state, bad):
+def test_every_bad_cap_is_a_usage_error_naming_it(pytester, bad):
     write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest(f"--gpu-caps={bad}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -113,14 +113,14 @@ def test_every_bad_cap_is_a_usage_error_naming_it(pytester, sim_state, bad):
     assert "Traceback" not in result.stderr.str()
 
 
-def test_a_cap_outside_the_gpus_range_skips_with_the_range(pytester, sim_state):
+def test_a_cap_outside_the_gpus_range_skips_with_the_range(pytester):
     write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-caps=150,300", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*cap 150W = 150 W is outside the allowed range 200-700 W of GPU 0*"])
 
 
-def test_no_permission_is_an_error_that_says_what_to_do(pytester, sim_state, monkeypatch):
+def test_no_permission_is_an_error_that_says_what_to_do(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "no_permission")
     write(pytester, "def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-caps=300")
@@ -131,7 +131,7 @@ def test_no_permission_is_an_error_that_says_what_to_do(pytester, sim_state, mon
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pytester, sim_state):
+def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pytester):
     write(pytester, declare_source() + textwrap.dedent(
         """
         @pytest.mark.energy_budget(ets=1.0)
@@ -155,7 +155,7 @@ def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pyte
     assert "Traceback" not in result.stdout.str()
 
 
-def test_the_most_specific_budget_wins(pytester, sim_state):
+def test_the_most_specific_budget_wins(pytester):
     write(pytester, declare_source() + textwrap.dedent(
         """
         @pytest.mark.energy_budget(ets=1e6)                         # any GPU, any cap: would pass
@@ -173,7 +173,7 @@ def test_the_most_specific_budget_wins(pytester, sim_state):
     result.stdout.fnmatch_lines(["*test_budgets?60%? - energy budget exceeded*"])
 
 
-def test_a_budget_on_a_test_that_measured_nothing_fails(pytester, sim_state):
+def test_a_budget_on_a_test_that_measured_nothing_fails(pytester):
     write(pytester, "@pytest.mark.energy_budget(ets=5)\ndef test_a(energy_meter):\n    pass\n")
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
@@ -193,7 +193,7 @@ def test_a_budget_on_a_test_that_measured_nothing_fails(pytester, sim_state):
         ("energy(compute_bound=2)", "energy(compute_bound=) must be a number from 0"),
     ],
 )
-def test_malformed_markers_are_errors_at_collection(pytester, sim_state, marker, message):
+def test_malformed_markers_are_errors_at_collection(pytester, marker, message):
     write(pytester, f"@pytest.mark.{marker}\ndef test_a(energy_meter):\n    pass\n")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -201,7 +201,7 @@ def test_malformed_markers_are_errors_at_collection(pytester, sim_state, marker,
     assert message in result.stderr.str()
 
 
-def test_a_bad_gpu_caps_marker_names_the_test(pytester, sim_state):
+def test_a_bad_gpu_caps_marker_names_the_test(pytester):
     write(pytester, "@pytest.mark.gpu_caps('fast')\ndef test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest()
     assert result.ret != 0
@@ -209,14 +209,14 @@ def test_a_bad_gpu_caps_marker_names_the_test(pytester, sim_state):
     assert "gpu_caps: 'fast' is not a cap" in result.stdout.str() + result.stderr.str()
 
 
-def test_asking_for_nvml_without_a_gpu_is_a_usage_error(pytester, sim_state):
+def test_asking_for_nvml_without_a_gpu_is_a_usage_error(pytester):
     write(pytester, "def test_a():\n    pass\n")
     result = pytester.runpytest("--gpu-backend=nvml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gpu-backend=nvml: NVML*use --gpu-backend=sim*"])
 
 
-def test_gpu_selection_and_cuda_visible_devices(pytester, sim_state, monkeypatch):
+def test_gpu_selection_and_cuda_visible_devices(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
     write(pytester, textwrap.dedent(
         """
@@ -235,7 +235,7 @@ def test_gpu_selection_and_cuda_visible_devices(pytester, sim_state, monkeypatch
     assert [row["current_limit_w"] for row in gpu_info()] == [700.0, 300.0]
 
 
-def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, sim_state, monkeypatch):
+def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "K80")
     write(pytester, MEASURED_TEST + textwrap.dedent(
         """
@@ -251,7 +251,7 @@ def test_a_gpu_without_energy_counter_falls_back_to_sampling(pytester, sim_state
     result.stdout.fnmatch_lines(["*GPU 0: Tesla K80 (simulated)*power sampling (usage)*", "*sampling (sim)*"])
 
 
-def test_energy_repeat_calls_the_test_again_and_collects_every_repetition(pytester, sim_state):
+def test_energy_repeat_calls_the_test_again_and_collects_every_repetition(pytester):
     write(pytester, declare_source() + textwrap.dedent(
         """
         CALLS = []
@@ -276,7 +276,7 @@ def test_energy_repeat_calls_the_test_again_and_collects_every_repetition(pytest
     result.stdout.fnmatch_lines(["*test_marker *  2 *"])
 
 
-def test_a_short_with_block_is_a_note_at_the_end_and_no_warning_that_fails_the_suite(pytester, sim_state):
+def test_a_short_with_block_is_a_note_at_the_end_and_no_warning_that_fails_the_suite(pytester):
     write(pytester, "def test_short(energy_meter):\n    with energy_meter:\n        pass\n    assert 'too short' in ' '.join(energy_meter.result.notes)\n")
     # (in process the plugin is imported already, which pytest warns about: that warning is not the plugin's)
     result = pytester.runpytest("-W", "error", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -299,14 +299,14 @@ README_EXAMPLE_15_MS = spin_source() + textwrap.dedent(
 )
 
 
-def test_the_readmes_example_with_a_15_ms_block_passes_at_every_cap(pytester, sim_state):
+def test_the_readmes_example_with_a_15_ms_block_passes_at_every_cap(pytester):
     """The issue's case: 0 J and 1,100 W figures from short blocks under caps failed this."""
     write(pytester, README_EXAMPLE_15_MS)
     for _ in range(2):
         pytester.runpytest("--gpu-caps=60%,80%,100%", "-p", "no:randomly").assert_outcomes(passed=3)
 
 
-def test_measure_repeats_short_work_until_it_is_measurable(pytester, sim_state):
+def test_measure_repeats_short_work_until_it_is_measurable(pytester):
     write(pytester, spin_source() + textwrap.dedent(
         """
         def test_measure(energy_meter):
@@ -351,7 +351,7 @@ for _name in _MUTATING:
 '''
 
 
-def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state, monkeypatch):
+def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, monkeypatch):
     """On a real GPU with no --gpu-caps the plugin only reads: no set call, the limit as it was."""
     pytester.makepyfile(fake_driver=FAKE_DRIVER)
     log = pytester.path / "mutations.log"
@@ -376,7 +376,7 @@ def test_an_nvml_run_without_caps_changes_nothing_on_the_gpu(pytester, sim_state
     assert gpu_info() == before
 
 
-def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins(pytester, sim_state, monkeypatch):
+def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins(pytester, monkeypatch):
     pytester.makepyfile(fake_driver=FAKE_DRIVER)
     monkeypatch.setenv("MUTATIONS_LOG", str(pytester.path / "mutations.log"))
     monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path / "state"))
@@ -393,7 +393,7 @@ def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins
     assert cli_in_process("info", check=False).returncode == 2
 
 
-def test_the_energy_marker_declares_each_calls_gpu_work_to_the_simulator(pytester, sim_state):
+def test_the_energy_marker_declares_each_calls_gpu_work_to_the_simulator(pytester):
     """A test without torch says what one call launches; the simulated GPU runs exactly that."""
     write(pytester, textwrap.dedent(
         """
@@ -420,7 +420,7 @@ def test_the_energy_marker_declares_each_calls_gpu_work_to_the_simulator(pyteste
     ("{'flops': 1e9}", "unknown figure(s) flops"),
     ("{'bytes': -5}", "bytes must be a number from 0"),
 ])
-def test_a_bad_declared_work_is_a_usage_error_naming_it(pytester, sim_state, work, message):
+def test_a_bad_declared_work_is_a_usage_error_naming_it(pytester, work, message):
     write(pytester, f"@pytest.mark.energy(work={work})\ndef test_a(energy_meter):\n    pass\n")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR

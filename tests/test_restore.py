@@ -93,7 +93,7 @@ def test_a_killed_run_is_repaired_by_the_next_session_which_says_so(pytester, si
     assert not list((sim_state / "journal").glob("GPU-*.json"))      # repaired once: the entry is gone
 
 
-def test_gpuenergy_restore_repairs_a_killed_run(pytester, sim_state):
+def test_gpuenergy_restore_repairs_a_killed_run(pytester):
     set_sim_limit(600)
     pytester.makepyfile(test_crash=CRASHING_TESTS)
     pytester.runpytest_subprocess("--gpu-caps=min", "-k", "test_killed")
@@ -105,7 +105,7 @@ def test_gpuenergy_restore_repairs_a_killed_run(pytester, sim_state):
     assert "nothing to restore" in again.stdout
 
 
-def test_restore_leaves_a_gpu_alone_that_someone_changed_since(pytester, sim_state):
+def test_restore_leaves_a_gpu_alone_that_someone_changed_since(pytester):
     pytester.makepyfile(test_crash=CRASHING_TESTS)
     pytester.runpytest_subprocess("--gpu-caps=min", "-k", "test_killed")
     set_sim_limit(450)   # an operator changed it after the crash
@@ -114,7 +114,7 @@ def test_restore_leaves_a_gpu_alone_that_someone_changed_since(pytester, sim_sta
     assert gpu_info()[0]["current_limit_w"] == 450.0
 
 
-def test_a_failing_restore_is_retried(pytester, sim_state, monkeypatch):
+def test_a_failing_restore_is_retried(pytester, monkeypatch):
     # The 2nd set (the restore) fails twice, then works: the retries get it back.
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=2-3")
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
@@ -123,7 +123,7 @@ def test_a_failing_restore_is_retried(pytester, sim_state, monkeypatch):
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_a_restore_that_keeps_failing_is_named_loudly_with_the_fix(pytester, sim_state, monkeypatch):
+def test_a_restore_that_keeps_failing_is_named_loudly_with_the_fix(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_error=2")
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-caps=300")
@@ -135,7 +135,7 @@ def test_a_restore_that_keeps_failing_is_named_loudly_with_the_fix(pytester, sim
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_a_cap_that_does_not_take_effect_is_an_error(pytester, sim_state, monkeypatch):
+def test_a_cap_that_does_not_take_effect_is_an_error(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "set_ignored")
     pytester.makepyfile(test_a="def test_a(gpu_power_cap):\n    pass\n")
     result = pytester.runpytest("--gpu-caps=300")
@@ -143,7 +143,7 @@ def test_a_cap_that_does_not_take_effect_is_an_error(pytester, sim_state, monkey
     result.stdout.fnmatch_lines(["*still has its limit at 700 W after a request for 300 W: the limit did not take effect*"])
 
 
-def test_gpuenergy_info_json_has_the_fixed_keys(sim_state, monkeypatch):
+def test_gpuenergy_info_json_has_the_fixed_keys(monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "A100,T4")
     rows = json.loads(run_cli("info", "--json", "--gpu-backend=sim").stdout)    # the command, as scripts run it
     assert rows == gpu_info()                                                  # the tests' in-process reading

@@ -174,7 +174,7 @@ SUITE = textwrap.dedent(
 )
 
 
-def test_two_shards_saving_to_one_folder_gate_each_case_against_its_own_baseline(pytester, sim_state, monkeypatch):
+def test_two_shards_saving_to_one_folder_gate_each_case_against_its_own_baseline(pytester, monkeypatch):
     pytester.makepyfile(test_suite=SUITE)
     storage = pytester.path / "shared"
     common = ("-p", "no:cacheprovider", f"--energy-storage={storage}", "--energy-repeat=3")

@@ -118,7 +118,7 @@ def test_noise_is_seeded_drawn_per_kind_of_step_and_repeats(tmp_path):
     assert 0.01 < statistics.pstdev(deviations) < 0.15     # about the 5 % asked for (and its per-region part)
 
 
-def test_the_clock_and_noise_settings_are_checked(monkeypatch, sim_state):
+def test_the_clock_and_noise_settings_are_checked(monkeypatch):
     assert clock_from_env(None) == "virtual" and clock_from_env("WALL") == "wall"
     with pytest.raises(ValueError, match="GPUENERGY_SIM_CLOCK='sundial'"):
         clock_from_env("sundial")

@@ -56,7 +56,7 @@ def test_errors_are_pynvmls_own_classes(nvml):
         fresh.nvmlDeviceGetCount()
 
 
-def test_a_limit_outlives_the_process_that_set_it(nvml, sim_state):
+def test_a_limit_outlives_the_process_that_set_it(nvml):
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     nvml.nvmlDeviceSetPowerManagementLimit(handle, 350_000)
     script = (
@@ -131,7 +131,7 @@ def test_the_workload_profile_is_a_fraction(nvml):
         nvml.simSetWorkloadProfile(2.0)
 
 
-def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
+def test_several_models_and_a_gpu_without_counter(monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "V100,K80")
     lib = SimulatedNvml(clock="virtual")      # idle stays idle, whatever the host's CPU is doing
     lib.nvmlInit()
@@ -155,7 +155,7 @@ def test_several_models_and_a_gpu_without_counter(sim_state, monkeypatch):
         ("lost=3", "energy", pynvml.NVMLError_GpuIsLost),
     ],
 )
-def test_faults_raise_what_real_nvml_raises(sim_state, faults, call, error):
+def test_faults_raise_what_real_nvml_raises(faults, call, error):
     lib = SimulatedNvml(faults=faults, clock="wall")
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
@@ -167,7 +167,7 @@ def test_faults_raise_what_real_nvml_raises(sim_state, faults, call, error):
                 lib.nvmlDeviceGetTotalEnergyConsumption(handle)
 
 
-def test_fault_call_ranges_and_gpu_scope(sim_state, monkeypatch):
+def test_fault_call_ranges_and_gpu_scope(monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     lib = SimulatedNvml(faults="set_error@1=2-2,set_ignored@0", clock="wall")
     lib.nvmlInit()

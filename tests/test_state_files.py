@@ -168,7 +168,7 @@ def test_gpuenergy_compare_refuses_a_report_target_that_is_not_a_file(tmp_path, 
     assert stat.S_ISFIFO(mode) if kind == "FIFO" else stat.S_ISDIR(mode)
 
 
-def test_the_gate_refuses_a_report_target_that_is_not_a_file(pytester, sim_state):
+def test_the_gate_refuses_a_report_target_that_is_not_a_file(pytester):
     fifo = _fifo(pytester.path)
     pytester.makepyfile(test_m="def test_m(energy_meter):\n    with energy_meter:\n        sum(range(10**6))\n")
     result = pytester.runpytest_subprocess(f"--energy-markdown={fifo}")

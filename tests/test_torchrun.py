@@ -48,7 +48,7 @@ DDP_TEST = textwrap.dedent(
 )
 
 
-def test_a_ddp_test_under_torchrun_gives_every_rank_the_total_and_rank_0_saves_it(pytester, sim_state, monkeypatch):
+def test_a_ddp_test_under_torchrun_gives_every_rank_the_total_and_rank_0_saves_it(pytester, monkeypatch):
     pytest.importorskip("torch.distributed.run")
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -100,7 +100,7 @@ TUNED = textwrap.dedent(
 )
 
 
-def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path, sim_state):
+def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path):
     work_c, work_m = GpuWork(flops_tf32=2e13, bytes=2e10, kernels=200), GpuWork(flops_tf32=1e11, bytes=2e11, kernels=50)
     (tmp_path / "test_w.py").write_text(TUNED)
     done = subprocess.run(
@@ -126,7 +126,7 @@ def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path, sim_state):
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
-def test_gpuenergy_tune_with_nothing_to_tune_is_a_one_line_error(tmp_path, sim_state):
+def test_gpuenergy_tune_with_nothing_to_tune_is_a_one_line_error(tmp_path):
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    pass\n")
     done = subprocess.run([sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_plain.py", "--gpu-backend=sim"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -149,7 +149,7 @@ def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id(
         select_parametrised([f"{suite}[a b]"], [])                                          # -k cannot spell a space
 
 
-def test_gpuenergy_tune_takes_a_parametrised_node_id_as_a_plain_run_names_it(tmp_path, sim_state):
+def test_gpuenergy_tune_takes_a_parametrised_node_id_as_a_plain_run_names_it(tmp_path):
     (tmp_path / "test_w.py").write_text(TUNED)
     done = subprocess.run(
         [sys.executable, "-m", "pytest_gpuenergy.cli", "tune", "test_w.py::test_step[memory]", "--repeat=2",

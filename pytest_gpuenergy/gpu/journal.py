@@ -193,11 +193,14 @@ class Journal:
                 return RepairOutcome(entry, "failed",
                                      f"{entry.describe()}: {original / 1000:g} W is outside the GPU's range "
                                      f"{limits.range_text()}; entry kept, check it")
-            enforced = gpu.set_limit_mw(original)
+            gpu.set_limit_mw(original)
+            # Back means the limit set is the original (as ``capping.py`` restores): what the GPU
+            # enforces under it may be lower (another power manager's cap), as it may have been before.
+            now_mw = gpu.current_limit_mw()
         except pynvml.NVMLError as exc:
             return RepairOutcome(entry, "failed", f"{entry.describe()}: could not restore it (NVML: {exc})")
-        if enforced != original:
-            return RepairOutcome(entry, "failed", f"{entry.describe()}: set back, but it reads {enforced / 1000:g} W")
+        if now_mw != original:
+            return RepairOutcome(entry, "failed", f"{entry.describe()}: set back, but it reads {now_mw / 1000:g} W")
         self.clear(entry)
         return RepairOutcome(entry, "restored", f"{entry.describe()}: restored to {original / 1000:g} W")
 

@@ -402,7 +402,9 @@ def sampled_energy(
     if not any(p.latest - window_s >= t1 for p in pubs) and not final:
         raise NotYet
     windows = [(p.when - window_s, p.when, p.value / 1000.0) for p in pubs]
-    clean = [w for w in windows if w[0] >= t0 and w[1] <= t1]
+    # A reading above the ceiling shows the GPU drew that much: the bound allows it (as the counter's does).
+    ceiling_w = max(ceiling_w, max(w[2] for w in windows) * 1.05)
+    clean = _apart([w for w in windows if w[0] >= t0 and w[1] <= t1])
     overlapping = [w for w in windows if w[1] > t0 and w[0] < t1]
     notes: list[str] = []
     if clean:
@@ -424,6 +426,17 @@ def sampled_energy(
     estimate_j = within_bound(estimate_j, low_j, high_j, notes, "power readings")
     return RegionEnergy(estimate_j, low_j, high_j,
                         max(w[2] for w in used), coarse=coarse, notes=notes)
+
+
+def _apart(windows: Sequence[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
+    """``windows`` (oldest first) less each that overlaps one kept before it: readings that average
+    longer than they are published apart (1 s every 100 ms) overlap, and what a window saw is known
+    only for the window as a whole, so each moment is counted once."""
+    kept: list[tuple[float, float, float]] = []
+    for window in windows:
+        if not kept or window[0] >= kept[-1][1]:
+            kept.append(window)
+    return kept
 
 
 def _nearest_windows(windows: Sequence[tuple[float, float, float]], t0: float, t1: float) -> list[tuple[float, float, float]]:

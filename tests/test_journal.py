@@ -1,0 +1,389 @@
+"""Tests of ``pytest_gpuenergy/gpu/journal.py``, the journal of changed power limits.
+
+The journal is what brings a GPU's original limit back after a crash: its entries must be written,
+read, refused when damaged, cleared only by their own writer and repaired with the exact limit.
+These tests drive it in-process against the GPU simulator (no subprocess, so that mutation testing
+of the module sees them), each asserting exact limits, entry fields and the messages a user reads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuenergy.errors import JournalCorrupt
+from pytest_gpuenergy.fileio import atomic_write_json, state_folder
+from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
+from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for, may_need_repair
+from pytest_gpuenergy.gpu.locks import lock_paths
+from pytest_gpuenergy.gpu.processes import process_start
+
+H100 = "NVIDIA H100 80GB HBM3 (simulated)"
+DEAD_PID = 2**31 - 2          # no process has it: a writer that is gone
+
+
+@pytest.fixture
+def backend(sim_state: Path):
+    opened = open_backend("sim")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def gpu(backend: Backend) -> Gpu:
+    return backend.all_gpus[0]
+
+
+@pytest.fixture
+def journal(backend: Backend) -> Journal:
+    return journal_for(backend)
+
+
+def entry_for(gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry:
+    fields = dict(gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name, previous_limit_mw=previous_mw,
+                  applied_limit_mw=applied_mw, pid=DEAD_PID, process_start="gone", host="elsewhere", written_at=5.0)
+    return JournalEntry(**(fields | changes))
+
+
+def plant(journal: Journal, entry: JournalEntry) -> None:
+    """An entry written by another process (a dead run, unless ``entry`` says otherwise)."""
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{entry.gpu_uuid}.json", asdict(entry))
+
+
+def left_capped(journal: Journal, gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry:
+    """A run that set ``applied_mw`` and died: the GPU at that limit, its entry in the journal."""
+    gpu.set_limit_mw(applied_mw)
+    entry = entry_for(gpu, previous_mw, applied_mw, **changes)
+    plant(journal, entry)
+    return entry
+
+
+def raw_entry(gpu: Gpu, **changes) -> dict:
+    return asdict(entry_for(gpu, 550_000, 250_000)) | changes
+
+
+# -- an entry ----------------------------------------------------------------------------------
+
+def test_an_entry_describes_its_gpu_its_cap_its_owner_and_the_previous_limit_in_watts():
+    entry = JournalEntry("GPU-abc", 3, "Some GPU", 550_500, 250_000, 42, "77", "node7", 1.0)
+    assert entry.describe() == ("GPU 3 (Some GPU, GPU-abc): capped at 250 W by pid 42 on node7, "
+                                "previous limit 550.5 W")
+
+
+@pytest.mark.parametrize("change", [{"pid": 43}, {"process_start": "78"}, {"written_at": 2.0}])
+def test_an_entry_is_the_same_write_only_with_the_same_pid_start_and_moment(change):
+    entry = JournalEntry("GPU-abc", 0, "g", 550_000, 250_000, 42, "77", "node7", 1.0)
+    assert entry.same_write(replace(entry, applied_limit_mw=300_000, host="other"))
+    assert not entry.same_write(replace(entry, **change))
+
+
+def test_an_entry_is_owned_by_a_running_process_only_if_another_live_process_on_this_host_wrote_it():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        here = socket.gethostname()
+        live = JournalEntry("GPU-a", 0, "g", 1, 1, child.pid, process_start(child.pid), here, 1.0)
+        assert live.owner_runs()
+        assert not replace(live, host=here + "-elsewhere").owner_runs()
+        assert not replace(live, process_start="1").owner_runs()          # a reused pid is not the owner
+        assert not replace(live, pid=os.getpid(), process_start=process_start(os.getpid())).owner_runs()
+    finally:
+        child.kill()
+        child.wait()
+    assert not live.owner_runs()                                             # gone
+
+
+# -- the journal's files -------------------------------------------------------------------------
+
+def test_a_journal_keeps_its_locks_beside_its_folder_unless_told_where(tmp_path, backend):
+    assert Journal(tmp_path / "state" / "journal").lock_folder == tmp_path / "state" / "locks"
+    assert Journal(str(tmp_path / "j"), str(tmp_path / "l")).lock_folder == tmp_path / "l"
+    opened = journal_for(backend)
+    assert (opened.folder, opened.lock_folder) == (backend.state_dir / "journal", backend.lock_folder)
+
+
+def test_recording_writes_the_original_limit_and_this_process_as_owner_before_any_change(journal, gpu):
+    before = time.time()
+    entry = journal.record(gpu, 550_000, 250_000)
+    assert (entry.gpu_uuid, entry.gpu_index, entry.gpu_name) == (gpu.uuid, 0, H100)
+    assert (entry.previous_limit_mw, entry.applied_limit_mw) == (550_000, 250_000)
+    assert (entry.pid, entry.process_start, entry.host) == (os.getpid(), process_start(os.getpid()), socket.gethostname())
+    assert before <= entry.written_at <= time.time()
+    on_disk = json.loads((journal.folder / f"{gpu.uuid}.json").read_text())
+    assert on_disk == asdict(entry) and on_disk["format"] == "gpuenergy-limit-journal"
+    assert journal.entry(gpu.uuid) == entry
+    assert gpu.current_limit_mw() == 700_000          # recording changes nothing on the GPU
+
+
+def test_recording_over_an_entry_keeps_its_original_limit_and_takes_it_over(journal, gpu):
+    plant(journal, entry_for(gpu, 550_000, 250_000))
+    entry = journal.record(gpu, 250_000, 300_000)      # the dead run's cap is no original
+    assert (entry.previous_limit_mw, entry.applied_limit_mw, entry.pid) == (550_000, 300_000, os.getpid())
+    assert journal.entry(gpu.uuid) == entry
+
+
+def test_clearing_removes_the_entry_only_when_it_is_still_the_same_write(journal, gpu):
+    first = journal.record(gpu, 550_000, 250_000)
+    newer = replace(first, written_at=first.written_at + 1, applied_limit_mw=300_000)
+    plant(journal, newer)                               # someone took it over meanwhile
+    journal.clear(first)
+    assert journal.entry(gpu.uuid) == newer
+    journal.clear(newer)
+    assert journal.entry(gpu.uuid) is None
+    journal.clear(newer)                                # already gone: nothing to do, no error
+    assert journal.entries() == []
+
+
+def test_entries_are_listed_by_file_name_and_other_files_are_ignored(tmp_path):
+    journal = Journal(tmp_path / "journal")
+    assert journal.entries() == []                      # no folder yet
+    second = JournalEntry("GPU-b", 1, "g", 300_000, 200_000, DEAD_PID, "s", "h", 1.0)
+    first = replace(second, gpu_uuid="GPU-a", gpu_index=0)
+    for entry in (second, first):
+        plant(journal, entry)
+    (journal.folder / "notes.json").write_text("not an entry")
+    assert journal.entries() == [first, second]
+
+
+def test_a_missing_entry_reads_as_none(journal, gpu):
+    assert journal.entry(gpu.uuid) is None
+
+
+def test_a_damaged_entry_is_an_error_naming_the_file_and_what_to_do(journal, gpu):
+    state_folder(journal.folder)
+    path = journal.folder / f"{gpu.uuid}.json"
+    path.write_text("{not json")
+    with pytest.raises(JournalCorrupt) as caught:
+        journal.entry(gpu.uuid)
+    text = str(caught.value)
+    assert f"the power-limit journal entry {path} is unreadable (" in text
+    assert "`gpuenergy info`" in text and "then delete the file" in text
+
+
+# -- every field is checked -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"format": "gpuenergy-clock-journal"}, "not a limit journal entry"),
+    ({"gpu_name": 5}, "gpu_name must be a string, got 5"),
+    ({"gpu_uuid": None}, "gpu_uuid must be a string, got None"),
+    ({"process_start": 12}, "process_start must be a string, got 12"),
+    ({"host": ["h"]}, "host must be a string, got ['h']"),
+    ({"gpu_uuid": "GPU-other"}, "it names GPU 'GPU-other', not the GPU of its file name"),
+    ({"gpu_index": -1}, "gpu_index must be a whole number from 0 to 65535, got -1"),
+    ({"gpu_index": 65_536}, "gpu_index must be a whole number from 0 to 65535, got 65536"),
+    ({"gpu_index": True}, "gpu_index must be a whole number from 0 to 65535, got True"),
+    ({"gpu_index": 1.0}, "gpu_index must be a whole number from 0 to 65535, got 1.0"),
+    ({"pid": 0}, "pid must be a whole number from 1 to 2147483647, got 0"),
+    ({"pid": 2**31}, "pid must be a whole number from 1 to 2147483647, got 2147483648"),
+    ({"written_at": "today"}, "written_at must be a time, got 'today'"),
+    ({"written_at": True}, "written_at must be a time, got True"),
+    ({"written_at": None}, "written_at must be a time, got None"),
+    ({"written_at": 1e400}, "written_at must be a time, got inf"),
+    ({"previous_limit_mw": 0}, "previous_limit_mw must be a whole number from 1 to 100000000, got 0"),
+    ({"previous_limit_mw": 100_000_001}, "previous_limit_mw must be a whole number from 1 to 100000000, got 100000001"),
+    ({"applied_limit_mw": 0}, "applied_limit_mw must be a whole number from 1 to 100000000, got 0"),
+    ({"applied_limit_mw": 250_000.5}, "applied_limit_mw must be a whole number from 1 to 100000000, got 250000.5"),
+])
+def test_a_damaged_field_is_refused_with_what_is_wrong(journal, gpu, change, says):
+    state_folder(journal.folder)
+    text = json.dumps(raw_entry(gpu, **change)).replace("Infinity", "1e400")
+    (journal.folder / f"{gpu.uuid}.json").write_text(text)
+    with pytest.raises(JournalCorrupt, match="unreadable") as caught:
+        journal.entry(gpu.uuid)
+    assert f"({says});" in str(caught.value)
+
+
+def test_a_document_that_is_no_object_is_refused(journal, gpu):
+    state_folder(journal.folder)
+    (journal.folder / f"{gpu.uuid}.json").write_text("[1, 2]")
+    with pytest.raises(JournalCorrupt, match=r"\(not a limit journal entry\)"):
+        journal.entry(gpu.uuid)
+
+
+@pytest.mark.parametrize("change", [
+    {"gpu_index": 0}, {"gpu_index": 65_535}, {"pid": 1}, {"pid": 2**31 - 1}, {"written_at": 7},
+    {"previous_limit_mw": 1}, {"previous_limit_mw": 100_000_000}, {"applied_limit_mw": 1},
+    {"applied_limit_mw": 100_000_000},
+])
+def test_fields_at_the_ends_of_their_ranges_are_accepted(journal, gpu, change):
+    plant(journal, replace(entry_for(gpu, 550_000, 250_000), **change))
+    assert journal.entry(gpu.uuid) == replace(entry_for(gpu, 550_000, 250_000), **change)
+
+
+# -- repairing ----------------------------------------------------------------------------------------
+
+def test_repair_puts_back_the_exact_original_of_a_dead_runs_entry_and_clears_it(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    [outcome] = journal.repair(backend)
+    assert (outcome.entry, outcome.action) == (entry, "restored")
+    assert outcome.message == f"{entry.describe()}: restored to 550 W"
+    assert gpu.current_limit_mw() == 550_000 and journal.entries() == []
+    assert journal.repair(backend) == []
+
+
+def test_repair_clears_an_entry_whose_gpu_is_already_back(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    gpu.set_limit_mw(550_000)
+    [outcome] = journal.repair(backend)
+    assert (outcome.action, outcome.message) == ("already-restored", f"{entry.describe()}: already back at 550 W")
+    assert journal.entries() == [] and gpu.current_limit_mw() == 550_000
+
+
+def test_repair_leaves_a_limit_someone_changed_since_and_clears_the_entry(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    gpu.set_limit_mw(450_000)
+    [outcome] = journal.repair(backend)
+    assert outcome.action == "changed-since"
+    assert outcome.message == f"{entry.describe()}: now at 450 W, set by someone else since; left as it is"
+    assert journal.entries() == [] and gpu.current_limit_mw() == 450_000
+
+
+def test_repair_keeps_an_entry_whose_gpu_is_not_present(journal, backend):
+    entry = JournalEntry("GPU-gone", 5, "Old GPU", 300_000, 200_000, DEAD_PID, "s", "elsewhere", 1.0)
+    plant(journal, entry)
+    [outcome] = journal.repair(backend)
+    assert (outcome.entry, outcome.action) == (entry, "gpu-missing")
+    assert outcome.message == f"{entry.describe()}: this GPU is not present; entry kept"
+    assert journal.entries() == [entry]
+
+
+def test_repair_leaves_alone_an_entry_whose_writer_still_runs_unless_told_to_include_it(journal, gpu, backend):
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        entry = left_capped(journal, gpu, 550_000, 250_000, pid=child.pid, process_start=process_start(child.pid),
+                            host=socket.gethostname())
+        [outcome] = journal.repair(backend)
+        assert (outcome.action, outcome.message) == (
+            "owner-alive", f"{entry.describe()}: left alone, pid {child.pid} is still running")
+        assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+        [forced] = journal.repair(backend, include_live_owners=True)
+        assert forced.action == "restored" and gpu.current_limit_mw() == 550_000 and journal.entries() == []
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_repair_leaves_a_gpu_whose_lock_another_session_holds_to_that_session(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    [path] = lock_paths(journal.lock_folder, [gpu.uuid])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)     # another open file: its flock excludes ours
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        [outcome] = journal.repair(backend)
+    finally:
+        os.close(other)
+    assert (outcome.entry, outcome.action) == (entry, "busy")
+    assert outcome.message.startswith(f"{entry.describe()}: left to the test session that holds this GPU now")
+    assert "run `gpuenergy restore`" in outcome.message
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+
+
+def test_repair_never_sets_an_original_outside_the_gpus_range(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 800_000, 250_000)       # recorded on another board, say
+    [outcome] = journal.repair(backend)
+    assert outcome.action == "failed"
+    assert outcome.message == f"{entry.describe()}: 800 W is outside the GPU's range 200-700 W; entry kept, check it"
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+
+
+def test_repair_accepts_an_original_at_the_ends_of_the_range(journal, gpu, backend):
+    left_capped(journal, gpu, 700_000, 250_000)
+    assert [o.action for o in journal.repair(backend)] == ["restored"]
+    left_capped(journal, gpu, 200_000, 250_000)
+    assert [o.action for o in journal.repair(backend)] == ["restored"]
+    assert gpu.current_limit_mw() == 200_000
+
+
+def test_a_repair_that_nvml_refuses_keeps_the_entry_and_says_why(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    backend.nvml.simArmFaults("set_error")
+    [outcome] = journal.repair(backend)
+    assert (outcome.action, outcome.message) == ("failed", f"{entry.describe()}: could not restore it (NVML: Unknown Error)")
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+
+
+def test_a_repair_whose_limit_does_not_take_keeps_the_entry_and_says_what_the_gpu_reads(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    backend.nvml.simArmFaults("set_ignored")
+    [outcome] = journal.repair(backend)
+    assert (outcome.action, outcome.message) == ("failed", f"{entry.describe()}: set back, but it reads 250 W")
+    assert journal.entries() == [entry]
+
+
+def test_a_repaired_limit_that_another_manager_enforces_lower_counts_as_restored(journal, gpu, backend):
+    """The limit set is what comes back (as ``capping.py`` restores it): a BMC holding the H100 at
+    490 W enforces less, as it did before the run; the entry must not stay as a failure."""
+    left_capped(journal, gpu, 700_000, 250_000)
+    backend.nvml.simArmFaults("limit_clamped")
+    [outcome] = journal.repair(backend)
+    assert outcome.action == "restored" and outcome.message.endswith(": restored to 700 W")
+    assert (gpu.current_limit_mw(), gpu.enforced_limit_mw()) == (700_000, 490_000)
+    assert journal.entries() == []
+
+
+def test_repair_goes_through_every_entry(journal, backend, monkeypatch, sim_state):
+    backend.close()
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
+    two = open_backend("sim", sim_state_dir=sim_state / "two")
+    try:
+        journal = journal_for(two)
+        h100, v100 = two.all_gpus
+        left_capped(journal, h100, 600_000, 250_000)
+        left_capped(journal, v100, 250_000, 200_000)
+        outcomes = journal.repair(two)
+        assert sorted((o.entry.gpu_index, o.action) for o in outcomes) == [(0, "restored"), (1, "restored")]
+        assert (h100.current_limit_mw(), v100.current_limit_mw()) == (600_000, 250_000)
+    finally:
+        two.close()
+
+
+# -- may a run have died with a GPU changed? -------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["sim", "auto"])
+@pytest.mark.parametrize("sub", ["journal", "journal/clocks"])
+def test_an_entry_in_either_journal_means_a_repair_may_be_needed(sim_state, tmp_path, monkeypatch, kind, sub):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert not may_need_repair(kind)
+    (sim_state / sub).mkdir(parents=True)
+    (sim_state / sub / "notes.json").write_text("{}")
+    assert not may_need_repair(kind)
+    (sim_state / sub / "GPU-abc.json").write_text("{}")
+    assert may_need_repair(kind)
+    assert not may_need_repair("nvml")        # the simulator's journal is not the real GPUs'
+
+
+@pytest.mark.parametrize("kind", ["nvml", "auto"])
+def test_the_real_gpus_journal_is_looked_at_for_nvml(sim_state, tmp_path, monkeypatch, kind):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "xdg" / "pytest-gpuenergy" / "journal" / "clocks"
+    folder.mkdir(parents=True)
+    (folder / "GPU-abc.json").write_text("{}")
+    assert may_need_repair(kind)
+    assert not may_need_repair("sim")
+
+
+def test_an_unreadable_journal_folder_is_left_to_the_session_that_uses_the_gpus(sim_state, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    (sim_state / "journal").mkdir(parents=True)
+    (sim_state / "journal" / "GPU-abc.json").write_text("{}")
+    real_glob = Path.glob
+
+    def glob(self, pattern):
+        if self == sim_state / "journal":
+            raise PermissionError(13, "Permission denied")
+        return real_glob(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", glob)
+    assert not may_need_repair("sim")
+    (sim_state / "journal" / "clocks").mkdir()
+    (sim_state / "journal" / "clocks" / "GPU-abc.json").write_text("{}")
+    assert may_need_repair("sim")                     # the next folder is still looked at
