@@ -110,6 +110,12 @@ OPTIONS = (
     Option("--energy-json", "text", "write a JSON report to this file", {"metavar": "FILE"}),
 )
 _BY_INI = {option.ini: option for option in OPTIONS}
+# Ini keys without a flag: settings of the project, not of one session, read by `gpuenergy history`
+# (``cli/history.py``) for the cost and the CO2e of the energy. Registered so that pytest accepts them.
+INI_ONLY = (
+    ("energy_price_per_kwh", "float", "price of a kWh of energy, for the cost `gpuenergy history` reports"),
+    ("energy_carbon_g_per_kwh", "float", "the grid's g CO2e per kWh, for the emissions `gpuenergy history` reports"),
+)
 # Settings whose presence asks the session for the GPUs before any test does (see ``asked_for_gpus``).
 _GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices", "energy_all", "energy_top", "energy_budgets")
 
@@ -123,6 +129,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         # argparse formats help texts with %: a bare % (60%) would crash `pytest --help`.
         group.addoption(option.flag, dest=option.dest, default=None, help=option.help.replace("%", "%%"), **extra)
         parser.addini(option.ini, f"{option.help} (as {option.flag})", **_ini_type(option.kind))
+    for name, kind, text in INI_ONLY:
+        parser.addini(name, text, **_ini_type(kind))
 
 
 def _ini_type(kind: str) -> dict[str, Any]:
