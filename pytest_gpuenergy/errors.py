@@ -88,3 +88,11 @@ class JsonInputError(GpuEnergyError, ValueError):
 class SettingError(GpuEnergyError, ValueError):
     """An option, ini setting or argument has a value the plugin cannot use; the message names it
     and says what is valid. The pytest glue turns it into a usage error, the CLI into exit code 2."""
+
+
+class FleetUsageError(GpuEnergyError, ValueError):
+    """Bad input to ``gpuenergy fleet``: the message names the problem and the fix (exit 2)."""
+
+
+class RayMissing(GpuEnergyError, RuntimeError):
+    """``gpuenergy fleet`` needs Ray and it is not installed: the message says how to install it."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import RayMissing
 from .plan import PROGRESS_EVERY_S, START_TIMEOUT_S, LocalCluster, TaskSpec, node_text
 from .task import run_suite
 
@@ -68,10 +69,6 @@ class Cluster:
     started_here: bool
     owned: bool                       # connected or started by us: ray.shutdown() at the end
     shipped: bool = False             # the tasks run in a copy of the driver's folder that Ray sent
-
-
-class RayMissing(RuntimeError):
-    """Ray is not installed: the message says how to install it."""
 
 
 def import_ray() -> Any:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import FleetUsageError
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..runs import DEFAULT_STORAGE, LATEST
 from ..sim.models import parse_model_list
@@ -34,10 +35,6 @@ PER_MODEL, PER_GPU = "per-model", "per-gpu"
 PROGRESS_EVERY_S = 30.0        # the driver's default pause between progress lines
 START_TIMEOUT_S = 900.0        # how long a model's task may take to find its GPUs, by default
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_NO_TESTS = 0, 1, 2, 3, 5   # gpuenergy fleet's exit codes
-
-
-class FleetUsageError(ValueError):
-    """Bad input to ``gpuenergy fleet``: the message names the problem and the fix (exit 2)."""
 
 
 # -- the cluster's GPUs ------------------------------------------------------------------------------
