@@ -13,7 +13,6 @@ import fcntl
 import os
 import re
 import signal
-from pathlib import Path
 
 import pynvml
 import pytest
@@ -27,24 +26,17 @@ from pytest_gpuenergy.errors import (
 )
 from pytest_gpuenergy.gpu import capping, signals
 from pytest_gpuenergy.gpu.capping import GpuCap, PowerCap, PowerCapper, restore_after_failure
-from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
+from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.specs import parse_cap
 
-H100 = "NVIDIA H100 80GB HBM3 (simulated)"
-V100 = "Tesla V100-SXM2-32GB (simulated)"
+from helpers import DEAD_PID, H100, V100
+
+pytestmark = pytest.mark.sim_gpus("H100,V100")
+
 GPU0 = f"GPU 0 ({H100})"
 GPU1 = f"GPU 1 ({V100})"
-DEAD_PID = 2**31 - 2
-
-
-@pytest.fixture
-def backend(sim_state: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
-    opened = open_backend("sim")
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import socket
 import subprocess
 import time
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,19 +30,11 @@ from pytest_gpuenergy.gpu.clock_journal import (
     put_lock,
     read_lock,
 )
-from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
+from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.gpu.journal import Journal
 from pytest_gpuenergy.gpu.processes import process_start
 
-H100 = "NVIDIA H100 80GB HBM3 (simulated)"
-DEAD_PID = 2**31 - 2
-
-
-@pytest.fixture
-def backend(sim_state: Path):
-    opened = open_backend("sim")
-    yield opened
-    opened.close()
+from helpers import DEAD_PID, H100
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import textwrap
 
 import pytest
 
-from conftest import cli_in_process, gpu_info
 from pytest_gpuenergy.errors import CapSyntaxError
 from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, read_lock
 from pytest_gpuenergy.gpu.clocks import ClockCapper
@@ -17,6 +16,8 @@ from pytest_gpuenergy.gpu.specs import parse_clock, parse_clocks
 from pytest_gpuenergy.sim.dvfs import WorkloadProfile, operating_point
 from pytest_gpuenergy.sim.models import GPU_MODELS
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
+
+from helpers import cli_in_process, gpu_info
 
 CLOCKED = textwrap.dedent(
     """

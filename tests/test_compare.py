@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from energy_factories import H100, H100_REAL, V100, make_doc, wide_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +31,8 @@ from pytest_gpuenergy.gate.verdicts import (
     pct_text,
 )
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import H100, H100_REAL, V100, make_doc, wide_runs
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from energy_factories import H100_REAL, V100, make_doc
 
 from pytest_gpuenergy.cli import compare as compare_cli
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import H100_REAL, V100, make_doc
 
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
 

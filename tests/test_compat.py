@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 import pytest
 
-from conftest import CHILD_PYTEST_ADDOPTS, cli_in_process, declare_source, gpu_info
+from helpers import CHILD_PYTEST_ADDOPTS, cli_in_process, declare_source, gpu_info
 
 REWRITE_OK = ("-W", "ignore::pytest.PytestAssertRewriteWarning")   # in process the plugin is imported already
 MEASURED = declare_source() + textwrap.dedent(

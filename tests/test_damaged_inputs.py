@@ -8,11 +8,9 @@ import math
 from pathlib import Path
 
 import pytest
-from energy_factories import make_doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import cli_in_process, run_cli, spin_source
 from pytest_gpuenergy.errors import SettingError, StorageError
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.gate.settings import check_confidence
@@ -20,6 +18,8 @@ from pytest_gpuenergy.reports.terminal import comparison_lines
 from pytest_gpuenergy.runs.reader import load_document
 from pytest_gpuenergy.runs.store import RunStore
 from pytest_gpuenergy.runs.validation import FIGURE_RANGES
+
+from helpers import cli_in_process, make_doc, run_cli, spin_source
 
 
 def _set(field: str, value):

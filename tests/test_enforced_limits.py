@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from conftest import cli_in_process, declare_source, gpu_info
+from helpers import cli_in_process, declare_source, gpu_info
 
 CAP_VALUE = textwrap.dedent(
     """

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import cli_in_process, gpu_info, spin_source
+from helpers import cli_in_process, gpu_info, spin_source
 
 
 def limit_w() -> float:

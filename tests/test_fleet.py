@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from energy_factories import V100, make_doc
 
 from pytest_gpuenergy.cli.main import build_parser
 from pytest_gpuenergy.fleet.cli import cmd_fleet
@@ -34,6 +33,8 @@ from pytest_gpuenergy.fleet.report import apply_gate, collect, fleet_json, fleet
 from pytest_gpuenergy.fleet.task import pytest_command, run_suite, task_env
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import V100, make_doc
 
 H100_NODE = {"NodeID": "a" * 56, "Alive": True, "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "gpu-01",
              "Resources": {"CPU": 64.0, "GPU": 8.0, "accelerator_type:H100": 1.0}}

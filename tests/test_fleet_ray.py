@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import gpu_info
 from pytest_gpuenergy.fleet.plan import LocalCluster
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import gpu_info
 
 SUITE = textwrap.dedent(
     """

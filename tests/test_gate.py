@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from conftest import cli_in_process
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import cli_in_process
 
 
 def suite(work_s: float) -> str:

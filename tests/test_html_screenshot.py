@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from energy_factories import make_doc
 from PIL import Image
 
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.reports.html import html_report
 from pytest_gpuenergy.reports.plots import COLOURS
+
+from helpers import make_doc
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)

@@ -26,15 +26,7 @@ from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for, may
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.processes import process_start
 
-H100 = "NVIDIA H100 80GB HBM3 (simulated)"
-DEAD_PID = 2**31 - 2          # no process has it: a writer that is gone
-
-
-@pytest.fixture
-def backend(sim_state: Path):
-    opened = open_backend("sim")
-    yield opened
-    opened.close()
+from helpers import DEAD_PID, H100
 
 
 @pytest.fixture

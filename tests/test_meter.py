@@ -13,7 +13,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import declare, spin
 from pytest_gpuenergy.errors import MeasurementError
 from pytest_gpuenergy.gpu.capping import PowerCapper
 from pytest_gpuenergy.gpu.device import open_backend
@@ -25,6 +24,8 @@ from pytest_gpuenergy.meter.lattice import Bracket, TickLearner
 from pytest_gpuenergy.meter.recorder import VIRTUAL_WARM_UP_S
 from pytest_gpuenergy.meter.region import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.sim.models import GPU_MODELS
+
+from helpers import declare, spin
 
 
 @pytest.fixture

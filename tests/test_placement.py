@@ -12,10 +12,11 @@ import types
 
 import pytest
 
-from conftest import gpu_info
 from pytest_gpuenergy.errors import GpuSelectionError
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.placement import Placement, check_wanted, pin_current_device, pin_worker
+
+from helpers import gpu_info
 
 # -- placement, in plain Python ---------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import cli_in_process, declare_source, gpu_info, spin_source
+from helpers import cli_in_process, declare_source, gpu_info, spin_source
 
 # Declared GPU work: the plugin's behaviour around a measurement, without the CPU time spin() would
 # cost (the CPU-time stand-in has tests of its own: the short blocks, measure(), the meter's).

@@ -10,9 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from energy_factories import H100_REAL, V100, make_doc
 
-from conftest import cli_in_process
 from pytest_gpuenergy.gate.compare import compare_documents
 from pytest_gpuenergy.gate.verdicts import REGRESSION
 from pytest_gpuenergy.reports.digest import digest
@@ -23,6 +21,8 @@ from pytest_gpuenergy.reports.numbers import cap_sort_key, column_cells, short_n
 from pytest_gpuenergy.reports.sweep import sweeps, workload_key
 from pytest_gpuenergy.reports.terminal import comparison_lines, run_lines
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import H100_REAL, V100, cli_in_process, make_doc
 
 GATE = {"ets": 5.0, "edp": 10.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"

@@ -8,8 +8,9 @@ import textwrap
 
 import pytest
 
-from conftest import cli_in_process, gpu_info, run_cli
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
+
+from helpers import cli_in_process, gpu_info, run_cli
 
 
 def set_sim_limit(watts: float, index: int = 0) -> None:

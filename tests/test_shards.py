@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from energy_factories import V100, make_doc
 
 from pytest_gpuenergy import fileio
 from pytest_gpuenergy.cli import compare as compare_cli
@@ -17,6 +16,8 @@ from pytest_gpuenergy.errors import StorageError
 from pytest_gpuenergy.gate.compare import baseline_comparison
 from pytest_gpuenergy.runs.shards import case_baseline, merge_runs
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import V100, make_doc
 
 A = ("alexnet-train", "vgg-infer")          # shard A's workloads
 B = ("residual-train", "memnet-infer")      # shard B's

@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from energy_factories import make_doc
 
-from conftest import cli_in_process, gpu_info, run_cli
 from pytest_gpuenergy.errors import UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_text
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import journal_for
 from pytest_gpuenergy.runs.store import RunStore
+
+from helpers import cli_in_process, gpu_info, make_doc, run_cli
 
 
 def limit_w() -> float:

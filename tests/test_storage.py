@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from energy_factories import H100, T0, V100, gpu_result, machine, make_doc, sweep_cases
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,8 @@ from pytest_gpuenergy.runs.provenance import collect_commit_info
 from pytest_gpuenergy.runs.reader import load_document
 from pytest_gpuenergy.runs.records import FORMAT, VERSION, RunDocument
 from pytest_gpuenergy.runs.store import RunStore, build_documents, file_stem, slug
+
+from helpers import H100, T0, V100, gpu_result, machine, make_doc, sweep_cases
 
 COMMIT = {"id": "0123456789abcdef0123456789abcdef01234567", "branch": "main", "dirty": False}
 

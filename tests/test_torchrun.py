@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import gpu_info
+from helpers import gpu_info
 
 DDP_TEST = textwrap.dedent(
     """

@@ -10,11 +10,12 @@ import textwrap
 
 import pytest
 
-from conftest import gpu_info
 from pytest_gpuenergy.runs.store import RunStore
 from pytest_gpuenergy.sim.models import GPU_MODELS
 from pytest_gpuenergy.sim.roofline import GpuWork, run_step
 from pytest_gpuenergy.tune.search import best_setting, first_settings, next_setting
+
+from helpers import gpu_info
 
 
 def search(curve: list[float], budget: int = 5) -> tuple[int, int]:

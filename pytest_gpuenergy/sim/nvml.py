@@ -15,7 +15,7 @@ How the simulated GPU advances (``device`` and ``timeline``; ``roofline`` and ``
   the simulated GPU in real time instead.
 * **Work**: a step's declared work becomes time and power under the current limit (the roofline
   model, through the DVFS model) and is queued on the GPU. Where nothing was declared, the CPU
-  time the process used inside measured regions stands for GPU work. Like a real GPU the simulated
+  time the process's main thread used inside measured regions stands for GPU work. Like a real GPU the simulated
   one executes asynchronously; ``simSynchronize`` waits until the queued work has finished.
 * **Readings** are as coarse as real ones: the counter is published every ``counter_period_s``
   (100 ms), instant power is the average of a 25 ms window published every 100 ms, and
@@ -28,6 +28,7 @@ How the simulated GPU advances (``device`` and ``timeline``; ``roofline`` and ``
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 import threading
@@ -76,6 +77,22 @@ def _nvml_error(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
 
+def main_thread_cpu_clock() -> Callable[[], float]:
+    """The clock of the CPU time that stands for undeclared GPU work: the process's main thread's.
+
+    A test's own work runs there. The plugin's background threads (the session's recorders, the
+    resolution of earlier tests' figures) and xdist's I/O thread are not the test's GPU work, and
+    counting the whole process's CPU time let them into a 5 ms test's figures in proportion to how
+    busy the host was. Where a thread's CPU clock cannot be read, the process's is the fallback.
+    """
+    try:
+        clock_id = time.pthread_getcpuclockid(threading.main_thread().ident or 0)
+        time.clock_gettime(clock_id)
+    except (AttributeError, OSError):
+        return time.process_time
+    return functools.partial(time.clock_gettime, clock_id)
+
+
 class SimulatedNvml:
     """Drop-in for the ``pynvml`` module: ``SimulatedNvml().nvmlDeviceGetCount()`` and so on."""
 
@@ -89,7 +106,7 @@ class SimulatedNvml:
         noise_cv: float | None = None,
         seed: int | None = None,
         clock: str | None = None,
-        cpu_clock: Callable[[], float] = time.process_time,
+        cpu_clock: Callable[[], float] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self._requested_models = tuple(models) if models is not None else None
@@ -99,7 +116,7 @@ class SimulatedNvml:
         self.counter_read_s = _env_float(COUNTER_READ_ENV, 0.0, low=0.0, high=1000.0) / 1000.0
         kind = clock_from_env(clock if clock is not None else os.environ.get(CLOCK_ENV))
         self.clock: VirtualClock | WallClock = VirtualClock() if kind == "virtual" else WallClock()
-        self.cpu_clock = cpu_clock
+        self.cpu_clock = cpu_clock or main_thread_cpu_clock()
         self.commit_period_s = _COMMIT_PERIOD_S
         self.counts_cpu = True      # the CPU-time proxy; a meter turns it on only inside its regions
         self.quiet = 0              # > 0 while the virtual clock moves: plans' reads are not GPU work
