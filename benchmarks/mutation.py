@@ -78,8 +78,7 @@ MODULES: dict[str, list[str]] = {
 }
 
 # Own test files whose names the rule in tests_of does not give
-OWN_FILES = {"pytest_gpuenergy/gpu/clocks.py": ["tests/test_clocks_knob.py"],
-             "pytest_gpuenergy/runs/records.py": ["tests/test_run_records.py"]}
+OWN_FILES = {"pytest_gpuenergy/gpu/clocks.py": ["tests/test_clocks_knob.py"]}
 
 STATUS_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests", 34: "skipped",
                        36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}

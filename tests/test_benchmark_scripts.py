@@ -82,6 +82,7 @@ def test_run_all_rejects_an_unknown_benchmark():
     assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_path, monkeypatch, capsys):
     """The script's main() in this process (torch is imported here already: 1.3 s less than a fresh
     interpreter; the benchmark scripts as processes: run_all's test above)."""

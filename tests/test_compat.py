@@ -432,6 +432,7 @@ ORDERED = declare_source() + "".join(
 )
 
 
+@pytest.mark.slow
 def test_matrix_pytest_xdist_gives_each_test_the_figures_of_a_serial_run(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")
     pytester.makepyfile(test_x=ORDERED)
@@ -505,6 +506,7 @@ def test_matrix_pytest_asyncio_measures_an_async_test(pytester, monkeypatch):
     same_outcome_without_the_plugin(pytester, "test_plain.py", "-p", "asyncio")
 
 
+@pytest.mark.slow
 def test_matrix_pytest_benchmark_runs_as_without_the_plugin(pytester, monkeypatch):
     enable(monkeypatch, "benchmark")
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)   # (this suite's own worker: pytest-benchmark would turn off)

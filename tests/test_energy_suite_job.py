@@ -57,6 +57,7 @@ def main_job_in_process(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_the_main_job_repeats_to_the_last_digit_with_one_seed_even_beside_a_busy_core(pytester, monkeypatch, tmp_path):
     """Declared work on a virtual clock: the host's load is no part of a simulated figure. The same
     cases with the same seed in two interpreters (this one, quiet; a fresh one beside a CPU hog: other
@@ -90,6 +91,7 @@ def readme_main_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[subproces
     return done, storage
 
 
+@pytest.mark.slow
 def test_the_main_job_passes_on_the_simulated_gpu(readme_main_job):
     done, storage = readme_main_job
     out = done.stdout

@@ -42,6 +42,7 @@ def saved_cases(storage: Path) -> list[dict]:
     return [case for path in sorted(storage.rglob("*.json")) for case in json.loads(path.read_text())["cases"]]
 
 
+@pytest.mark.slow
 def test_an_existing_suite_is_measured_budgeted_and_gated_with_no_test_rewritten(pytester, monkeypatch):
     """The issue's scenario: 300 plain tests and a PyTorch training step, no fixture or marker, on a
     simulated 2-GPU machine under pytest-xdist; then budgets from that run, and one test made five
@@ -272,6 +273,7 @@ def test_gpuenergy_budgets_writes_each_figure_plus_the_margin_never_below_its_bo
 
 # -- pytest-benchmark and the hooks ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_benchmark_carries_its_energy_per_call_in_its_json(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_PYTEST_ADDOPTS.replace("-p no:benchmark", ""))
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)

@@ -147,6 +147,7 @@ CONCURRENT_TESTS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_xdist_workers_never_cap_one_gpu_at_the_same_time(pytester, sim_state):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_c=CONCURRENT_TESTS)
@@ -334,6 +335,7 @@ def _ends_at_the_original(pytester, sim_state) -> None:
 
 # Each way of dying, each next cap (another, and the dead capper's own: the case where a wrong
 # "previous" limit could pass unseen); the same cap after both deaths.
+@pytest.mark.slow
 @pytest.mark.parametrize(("die_by", "next_cap"), [("sigkill", "250"), ("sigkill", "300"), ("timeout", "300")])
 def test_an_xdist_worker_that_dies_capped_leaves_the_next_test_the_original_limit(pytester, sim_state, die_by, next_cap):
     pytest.importorskip("xdist")
@@ -357,6 +359,7 @@ def test_a_second_session_that_dies_capped_leaves_the_first_the_original_limit(p
     _ends_at_the_original(pytester, sim_state)
 
 
+@pytest.mark.slow
 def test_an_xdist_worker_killed_capped_with_no_later_test_is_repaired_at_the_end(pytester, sim_state):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_d=DEAD_CAPPER)
@@ -389,6 +392,7 @@ PAUSING_REPAIR = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_session_starting_late_never_deletes_a_running_sessions_journal_entry(pytester, sim_state):
     pytester.makeconftest(PAUSING_REPAIR)
     pytester.makepyfile(test_d=DEAD_CAPPER, test_slow=SLOW_CAPPED_TEST, test_ok="def test_ok():\n    pass\n")

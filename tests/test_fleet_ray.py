@@ -80,6 +80,7 @@ def fleet(project: Path, address: str, *args: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 def test_a_fleet_run_gates_each_model_against_its_own_baseline_and_survives_a_killed_task(cluster, tmp_path):
     address, state = cluster
     project = tmp_path / "project"

@@ -82,6 +82,7 @@ def test_a_case_without_baseline_is_new_and_compare_alone_never_fails(pytester):
     assert "no saved run for NVIDIA H100 80GB HBM3 (simulated) (sim)" in flat and "every case is new" in flat
 
 
+@pytest.mark.slow
 def test_reports_and_the_ci_job_summary(pytester, monkeypatch):
     summary = pytester.path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -102,6 +103,7 @@ def test_reports_and_the_ci_job_summary(pytester, monkeypatch):
     assert 'name="energy.gpu0.ets_j"' in junit and 'name="energy.gpu0.simulated" value="True"' in junit
 
 
+@pytest.mark.slow
 def test_xdist_gives_the_same_cases_as_a_single_process(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_suite=suite(0.01) + textwrap.dedent(

@@ -86,6 +86,7 @@ def has_horizontal_scrollbar(image: np.ndarray) -> bool:
     return bool(grey.all() and (band[:, :, 0] <= 170).any())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [1400, 420])
 def test_the_regression_is_on_the_first_screen_and_nothing_overflows(page, width):
     height = 900
@@ -105,6 +106,7 @@ def test_the_overflow_check_can_fail(page):
     assert has_horizontal_scrollbar(shoot(wide, 420, 900))
 
 
+@pytest.mark.slow
 def test_the_plots_are_drawn(page):
     image = shoot(page, 1400, 4000)
     for metric, colour in COLOURS.items():

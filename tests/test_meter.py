@@ -45,6 +45,7 @@ def exact_j(backend, gpu, t0: float, t1: float) -> float:
     ("H100", "", "0", "virtual", ["counter"]), ("H100", "no_counter", "0", "virtual", ["sampling"]),
     ("H100,H100", "no_counter@1", "2.4", "wall", ["counter", "sampling"]),
 ], ids=["counter", "sampling", "in-real-time-counter-read-in-2.4ms-as-on-a-real-H100-and-sampling-side-by-side"])
+@pytest.mark.slow
 def test_measured_ets_matches_the_exact_integral_and_the_bound_holds_it(monkeypatch, gpus, faults,
                                                                         counter_read_ms, clock, methods):
     """In real time two GPUs share the regions: GPU 0 read by its counter, each read taking 2.4 ms as on
@@ -314,6 +315,7 @@ class _Energy:
         return self.before[index] + self.watts[index] * (moment - self.starts[index])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), read_gap_s=st.sampled_from([0.0005, 0.01, 0.05, 0.11]),
        held_up_s=st.sampled_from([0.0, 0.004, 0.03]))

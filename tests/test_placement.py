@@ -161,6 +161,7 @@ EIGHT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_four_xdist_workers_on_four_gpus_run_side_by_side_one_gpu_each(pytester, monkeypatch):
     pytest.importorskip("xdist")
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100,H100,H100")

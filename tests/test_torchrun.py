@@ -48,6 +48,7 @@ DDP_TEST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_ddp_test_under_torchrun_gives_every_rank_the_total_and_rank_0_saves_it(pytester, monkeypatch):
     pytest.importorskip("torch.distributed.run")
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,H100")

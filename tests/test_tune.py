@@ -101,6 +101,7 @@ TUNED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path):
     work_c, work_m = GpuWork(flops_tf32=2e13, bytes=2e10, kernels=200), GpuWork(flops_tf32=1e11, bytes=2e11, kernels=50)
     (tmp_path / "test_w.py").write_text(TUNED)
@@ -150,6 +151,7 @@ def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id(
         select_parametrised([f"{suite}[a b]"], [])                                          # -k cannot spell a space
 
 
+@pytest.mark.slow
 def test_gpuenergy_tune_takes_a_parametrised_node_id_as_a_plain_run_names_it(tmp_path):
     (tmp_path / "test_w.py").write_text(TUNED)
     done = subprocess.run(

@@ -126,6 +126,7 @@ def step_times(request: pytest.FixtureRequest):
             reporter.write_line(line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_step_is_well_under_a_second(name: str, mode: str, step_times: dict) -> None:
