@@ -26,6 +26,11 @@ from ..metrics import METRICS
 from ..runs import DEFAULT_STORAGE
 from ..runs.store import project_storage
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover (Python 3.10)
+    import tomli as tomllib
+
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 PRICE_KEY = "energy_price_per_kwh"
 CARBON_KEY = "energy_carbon_g_per_kwh"

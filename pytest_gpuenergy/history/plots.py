@@ -19,7 +19,7 @@ from ..reports.numbers import si
 from ..reports.svg import figure_svg, new_figure, rc_context
 from ..runs.records import model_label, model_text
 from ..runs.store import slug
-from .report import HistoryReport, SeriesResult, cost_lines, counts, evidence, headline, pct
+from .report import HistoryReport, SeriesResult, cost_lines, cost_table, counts, evidence, headline, pct
 
 POINT_COLOUR = "#0072B2"        # Okabe-Ito blue, as the run reports' ETS
 BOUND_COLOUR = "#56B4E9"
@@ -28,6 +28,7 @@ NOISE_COLOUR = "#8c8c8c"
 CHANGE_COLOUR = "#b3261e"
 TREND_COLOUR = "#D55E00"
 _MAX_TICKS = 12
+MAX_PLOTS = 60      # a plot costs about 0.3 s to draw; beyond these (the largest changes) the tables say it
 
 _CSS = """
 *{box-sizing:border-box}
@@ -37,7 +38,7 @@ h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.25em;margin:1.4em 0 .4em;borde
 .sim{background:#fff4d6;border:1px solid #b7791f;padding:6px 10px;border-radius:6px;font-weight:600}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.875em;margin:.4em 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top}
-th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th,td{white-space:nowrap;overflow-wrap:normal}th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:12px}
 .card{border:1px solid #e3e3e3;border-radius:6px;padding:6px;min-width:0}.card p{margin:.3em 0;font-size:.875em}
 svg.plot{display:block;width:100%;height:auto}
@@ -57,7 +58,10 @@ def html_report(report: HistoryReport) -> str:
     body.append(f"<p>{escape(headline(report))}.</p><p><b>{escape(counts(report))}</b></p>")
     body.append(_change_table(report))
     body.append(_plots(report))
-    body.append("<h2>What it cost</h2>" + "".join(f'<p class="note">{escape(line)}</p>' for line in cost_lines(report)))
+    header, rows = cost_table(report)
+    body.append("<h2>What it cost</h2>" + "".join(f'<p class="note">{escape(line)}</p>' for line in cost_lines(report))
+                + f"<h3>The {len(rows)} heaviest cases over the history</h3>"
+                + html_table(header, rows, numeric=range(3, len(header))))
     quiet = report.quiet
     if quiet:
         unit = history.metric.unit
@@ -68,7 +72,7 @@ def html_report(report: HistoryReport) -> str:
                                  numeric=(3, 4)) + "</details>")
     notes = [f"skipped a damaged file: {s}" for s in history.skipped] + list(history.notes)
     if notes:
-        body.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+        body.append('<h2>Notes</h2><ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title><style>{_CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
@@ -78,12 +82,14 @@ def _change_table(report: HistoryReport) -> str:
     changes = report.changes
     if not changes:
         return '<p class="note">No change point.</p>'
-    unit = report.history.metric.unit
-    rows = [[pct(c.change_pct), r.series.key.case_id, r.series.key.cap, model_text(r.series.key.gpu_model),
-             report.station_label(r, c.index), si(c.before.mean, unit), si(c.after.mean, unit), evidence(report, c)]
+    unit, names = report.history.metric.unit, report.names()
+    rows = [[pct(c.change_pct), names[r.series.key.case_id], r.series.key.cap, model_text(r.series.key.gpu_model),
+             report.station_label(r, c.index), si(c.before.mean, unit), si(c.after.mean, unit)]
             for r, c in changes]
-    return "<h2>Change points</h2>" + html_table(
-        ["change", "test", "cap", "GPU model", "commit", "before", "after", "evidence"], rows, numeric=(0, 5, 6))
+    return ("<h2>Change points</h2>" + html_table(["change", "test", "cap", "GPU model", "commit", "before", "after"], rows,
+                                                  numeric=(0, 5, 6))
+            + '<p class="note">Each change point\'s plot and evidence (its t against the t needed, the sessions\' noise, '
+              'the runs on each side, the interval of the change) follow, per GPU model.</p>')
 
 
 def _plots(report: HistoryReport) -> str:
@@ -92,6 +98,10 @@ def _plots(report: HistoryReport) -> str:
         return ""
     names = report.names()
     parts = []
+    if len(shown) > MAX_PLOTS:
+        parts.append(f'<p class="note">{len(shown)} series changed: the {MAX_PLOTS} with the largest changes are drawn; '
+                     f"every change is in the tables, the Markdown and the JSON report.</p>")
+        shown = sorted(shown, key=_largest, reverse=True)[:MAX_PLOTS]
     models = sorted({(r.series.key.gpu_model, r.series.key.backend, r.series.simulated) for r in shown})
     for model, backend, simulated in models:
         parts.append(f"<h2>{escape(model_label(model, backend, simulated))}</h2>")
@@ -107,6 +117,13 @@ def _plots(report: HistoryReport) -> str:
                          f"{escape(key.case_id)}</code></p>{words}</div>")
         parts.append('<div class="grid">' + "".join(cards) + "</div>")
     return "".join(parts)
+
+
+def _largest(result: SeriesResult) -> float:
+    findings = result.findings
+    sizes = ([abs(c.change_pct) for c in findings.changes] + [abs(t.total_pct) for t in findings.trends]
+             + ([abs(findings.pending.change_pct)] if findings.pending is not None else []))
+    return max(sizes, default=0.0)
 
 
 def series_svg(report: HistoryReport, result: SeriesResult, name: str) -> str:
@@ -132,8 +149,9 @@ def series_svg(report: HistoryReport, result: SeriesResult, name: str) -> str:
         for change in findings.changes:
             x = 0.5 * (xs[change.index - 1] + xs[change.index])
             ax.axvline(x, color=CHANGE_COLOUR, linestyle=(0, (4, 3)), linewidth=1.3, zorder=4)
-            ax.annotate(pct(change.change_pct), (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
-                        textcoords="offset points", color=CHANGE_COLOUR, fontsize=8, fontweight="bold")
+            ax.annotate(pct(change.change_pct), (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                        textcoords="offset points", color=CHANGE_COLOUR, fontsize=8, fontweight="bold",
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "#ffffff", "edgecolor": "none", "alpha": 0.85})
         for trend in findings.trends:
             ends = (trend.start, trend.end - 1)
             ax.plot([xs[i] for i in ends], [math.exp(trend.intercept + trend.slope * (i - trend.start)) for i in ends],

@@ -9,6 +9,7 @@ has them all). The HTML page with its plots is ``plots.py``'s.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -21,7 +22,7 @@ from ..reports.sweep import workload_key
 from ..reports.terminal import Column, fit_table, terminal_width, wrap
 from ..runs.records import model_text
 from .changes import ChangePoint, Findings, Pending, Settings, Trend, find_changes
-from .cost import Tariff
+from .cost import Tariff, carbon_text, kwh
 from .series import History, Series
 
 HISTORY_FORMAT = "pytest-gpuenergy-history"
@@ -131,7 +132,8 @@ def cost_lines(report: HistoryReport) -> list[str]:
         return []
     newest_station = max(run.station for run in history.runs)
     newest = sum(run.energy_j for run in history.runs if run.station == newest_station)
-    lines = [f"energy in the measured regions: {si(report.energy_j, 'J')} over {len(history.runs)} runs "
+    mark = SIM_MARK if history.simulated else ""
+    lines = [f"energy in the measured regions{mark}: {si(report.energy_j, 'J')} over {len(history.runs)} runs "
              f"({tariff.describe(report.energy_j)}); newest commit {si(newest, 'J')} ({tariff.describe(newest)})"]
     heaviest = max(((r.series, p) for r in report.results for p in r.series.points if p.station == newest_station),
                    key=lambda sp: sp[1].energy_j, default=None)
@@ -144,6 +146,27 @@ def cost_lines(report: HistoryReport) -> list[str]:
         lines.append("cost and CO2e: give energy_price_per_kwh and energy_carbon_g_per_kwh (ini) or --price-per-kwh "
                      "and --carbon-g-per-kwh")
     return lines
+
+
+def cost_table(report: HistoryReport, count: int = 10) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): the ``count`` cases that used the most energy over the history, with kWh, and the
+    cost and CO2e where a price and an intensity are given."""
+    tariff = report.tariff
+    totals = sorted(((r, math.fsum(p.energy_j for p in r.series.points)) for r in report.results),
+                    key=lambda rt: (-rt[1], rt[0].series.key.case_id))[:count]
+    header = ["test", "cap", "GPU model", "runs", "energy", "kWh"]
+    header += ["cost"] if tariff.price_per_kwh is not None else []
+    header += ["CO2e"] if tariff.carbon_g_per_kwh is not None else []
+    rows = []
+    for result, energy_j in totals:
+        key = result.series.key
+        row = [key.case_id, key.cap, model_text(key.gpu_model), str(len(result.series.points)), si(energy_j, "J"),
+               f"{kwh(energy_j):.3g}"]
+        cost, carbon = tariff.cost(energy_j), tariff.carbon_g(energy_j)
+        row += [f"{cost:.3g}"] if cost is not None else []
+        row += [carbon_text(carbon)] if carbon is not None else []
+        rows.append(row)
+    return header, rows
 
 
 # -- terminal ---------------------------------------------------------------------------------------
@@ -239,6 +262,10 @@ def markdown_report(report: HistoryReport) -> str:
         body = [f"- {_md(r.series.key.case_id)} at {_md(r.series.key.cap)}: {_md(evidence(report, c))}"
                 for r, c in report.changes]
         lines += _details("Evidence for each change point", body)
+    header, rows = cost_table(report)
+    if rows:
+        lines += _details(f"What the {len(rows)} heaviest cases cost over the history",
+                          table(header, rows, code_columns=(0,), right=tuple(range(3, len(header)))))
     quiet = report.quiet
     if quiet:
         rows = [[r.series.key.case_id, r.series.key.cap, model_text(r.series.key.gpu_model), str(len(r.series.points)),
