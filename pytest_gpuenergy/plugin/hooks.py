@@ -48,6 +48,7 @@ _DESELECTED_KEY = pytest.StashKey[list]()        # node ids -k/-m deselected (a 
 _WORKER_OUTPUT = "gpuenergy_cases"
 _WORKER_ERRORS = "gpuenergy_errors"
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
+_WORKER_GPU_ORDER = "gpuenergy_gpu_order"        # the GPUs' order the controller chose (free ones first)
 _KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
 _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
@@ -101,7 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
     state = PluginState(options, gate_options, placement, _simulator_seed(config), asked,
                         worker=hasattr(config, "workerinput"), unavailable=problem, budget_file=_budget_file(options),
                         on_result=lambda case_id, result: config.hook.pytest_gpuenergy_result(
-                            config=config, case_id=case_id, result=result))
+                            config=config, case_id=case_id, result=result),
+                        gpu_order=tuple(getattr(config, "workerinput", {}).get(_WORKER_GPU_ORDER, ())),
+                        workers=_xdist_workers(config))
     config.stash[STATE_KEY] = state
     if placement.reports:   # only the controller (torchrun: global rank 0) saves, compares and reports
         config.pluginmanager.register(_SkippedCaps(config), "gpuenergy-skipped-caps")
@@ -150,6 +153,16 @@ def pytest_configure_node(node: Any) -> None:
     state = state_of(node.config)
     if state is not None:
         node.workerinput[_WORKER_SEED] = state.sim_seed
+        if state.started and state.session is not None:      # the GPUs this session took come first
+            node.workerinput[_WORKER_GPU_ORDER] = [gpu.uuid for gpu in state.session.gpus]
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers the session starts (``-n``, resolved by xdist by now); 1 without."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no":
+        return 1
+    return workers if isinstance(workers, int) and workers > 0 else 1
 
 
 def _terminal_writer(config: pytest.Config) -> Any:

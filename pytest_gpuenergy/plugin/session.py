@@ -22,6 +22,7 @@ import pynvml
 from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, select_budget
 from ..gpu.capping import PowerCap, PowerCapper
+from ..gpu.claims import Claim, claim_gpus, in_order
 from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
 from ..gpu.clocks import ClockCap, ClockCapper
 from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
@@ -78,9 +79,13 @@ class SessionTotal:
 
 
 class EnergySession:
-    def __init__(self, options: SessionOptions, placement: Placement | None = None, *, sim_seed: int | None = None) -> None:
+    def __init__(self, options: SessionOptions, placement: Placement | None = None, *, sim_seed: int | None = None,
+                 gpu_order: Sequence[str] = (), workers: int = 1) -> None:
         self.options = options
         self.placement = placement or Placement.from_environment()
+        self.gpu_order = tuple(gpu_order)  # an xdist worker: the pool's order its controller chose (UUIDs)
+        self.workers = workers             # the controller of ``-n N``: how many GPUs its workers use
+        self.claim: Claim | None = None    # the GPUs this session claims on a node shared with other sessions
         self.sim_seed = sim_seed           # the simulator's seed (None: its own, from GPUENERGY_SIM_SEED or random)
         self.backend: Backend | None = None
         self.gpus: list[Gpu] = []          # the pool (--gpu-devices); a test holds some of them (``held``)
@@ -122,6 +127,9 @@ class EnergySession:
 
     def _abandon(self) -> None:
         """Leave the GPUs alone after a failed start: no fixture may use a half-started session."""
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
         if self.backend is not None:
             self.backend.close()
         self.backend, self.journal, self.clock_journal, self.gpus = None, None, None, []
@@ -130,6 +138,7 @@ class EnergySession:
         self.backend = open_backend(self.options.backend, sim_seed=self.sim_seed)
         self.gpus = self.backend.select(self.options.gpus)
         self.placement.check(self.gpus)
+        self.gpus = self._arrange(self.gpus)
         if not self.backend.simulated:      # the simulator runs no CUDA: backend.use routes its work
             pin_worker(self.gpus, self.placement)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
@@ -142,6 +151,17 @@ class EnergySession:
                         self.repairs.append(outcome.message)
         self.limits = {gpu.uuid: retry_transient(gpu.limits, gpu.retry_backoff_s) for gpu in self.gpus}
         self._energy_at_start = self._session_energy()
+
+    def _arrange(self, pool: list[Gpu]) -> list[Gpu]:
+        """The pool in the order this session's processes take it (``placement``): free GPUs first
+        where other sessions share the node (``claims``). Workers take the order their controller chose;
+        torchrun ranks keep theirs (a rank's GPU is its ``LOCAL_RANK``)."""
+        if self.gpu_order:
+            return in_order(pool, self.gpu_order)
+        if self.placement.kind != "single" or len(pool) < 2:
+            return pool
+        self.claim = claim_gpus(self._require_backend().lock_folder, pool, self.workers)
+        return self.claim.order
 
     def _session_energy(self) -> tuple[float, dict[str, float | None]]:
         backend = self._require_backend()
@@ -186,6 +206,8 @@ class EnergySession:
                 problems += self._after_the_tests(repair)
             except GpuEnergyError as exc:
                 problems.append(str(exc))
+        if self.claim is not None:
+            self.claim.release()
         if self.backend is not None:
             self.backend.close()
         return problems
@@ -219,7 +241,7 @@ class EnergySession:
         if settings is not None:
             lines.append(f"  simulator: {settings['clock']} clock, noise {100 * settings['noise']:g} %, seed {settings['seed']} "
                          f"(GPUENERGY_SIM_SEED={settings['seed']} repeats this session's figures)")
-        for gpu in self.gpus:
+        for gpu in sorted(self.gpus, key=lambda g: g.index):
             limits = self.limits[gpu.uuid]
             try:
                 method = "energy counter" if gpu.has_energy_counter() else f"power sampling ({gpu.power_source})"
@@ -230,6 +252,8 @@ class EnergySession:
                 f"(default {limits.default_mw / 1000:g} W, range {limits.range_text()}), {method}"
             )
         lines.append(self._placement_line())
+        if self.claim is not None:
+            lines.append(f"  this session {self.claim.describe()}")
         caps = ", ".join(c.label for c in self.options.caps)
         lines.append(f"  caps: {caps}" if caps else "  caps: none given, tests run at the current limit")
         if self.options.clocks:
@@ -240,7 +264,7 @@ class EnergySession:
     def _placement_line(self) -> str:
         own = self.placement.own_gpu(self.gpus)
         where = {
-            "single": f"GPU {own.index}; a pytest-xdist worker gwN takes the N-th selected GPU, round robin",
+            "single": f"GPU {own.index}; a pytest-xdist worker gwN takes the N-th of this session's GPUs, round robin",
             "xdist": f"GPU {own.index} ({self.placement.label})",
             "torchrun": f"GPU {own.index} ({self.placement.label}); results are the total over the ranks",
         }[self.placement.kind]

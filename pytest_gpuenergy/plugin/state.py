@@ -43,6 +43,8 @@ class PluginState:
     late: bool = False                   # opened after the collection, not at configure
     budget_file: BudgetFile | None = None    # --energy-budgets, read at configure
     on_result: Callable[[str, Any], None] | None = None   # the teams' hook, given every result
+    gpu_order: tuple[str, ...] = ()      # a pytest-xdist worker: the GPUs' order its controller chose
+    workers: int = 1                     # the controller of ``-n N``: its workers, one GPU each where free
     _gate: EnergyGate | None = None
 
     @property
@@ -68,7 +70,8 @@ class PluginState:
             return self.session if self.started else None
         from .session import EnergySession
 
-        session = EnergySession(self.options, self.placement, sim_seed=self.sim_seed)
+        session = EnergySession(self.options, self.placement, sim_seed=self.sim_seed, gpu_order=self.gpu_order,
+                                workers=self.workers)
         try:
             session.start(repair=not self.worker)
         except GpuEnergyError as exc:
