@@ -52,29 +52,39 @@ def test_pytest_benchmark_rule_is_a_plain_threshold_on_the_mean():
     assert detection_power.pytest_benchmark_fails(old, new, 3).tolist() == [True, False]
 
 
-def test_run_all_summarises_the_goals_met_and_missed(tmp_path):
+def test_run_all_writes_each_goal_with_its_figure_target_and_verdict(tmp_path):
     write = lambda name, data: (tmp_path / f"{name}-quick.json").write_text(json.dumps(data))  # noqa: E731
-    write("meter_overhead", {
-        "region_overhead": [
-            {"mode": "counter", "goal_applies": True, "goal_verdict": "undecided"},
-            {"mode": "sampling", "goal_applies": True, "goal_verdict": "missed"},
-            {"mode": "counter", "goal_applies": False, "goal_verdict": None},
-        ],
-        "region_decomposition": [
-            {"mode": "counter", "goal_applies": True, "estimated_overhead": 0.001},
-            {"mode": "sampling", "goal_applies": True, "estimated_overhead": 0.02},
-            {"mode": "counter", "goal_applies": False, "estimated_overhead": 0.5},
-        ],
-    })
-    write("suite_time", {"goal": {"plugin_share_of_workloads": 0.04, "met": True}})
+    write("meter_overhead", {"machine": {"date": "2026-11-25T10:00:00+00:00"}, "wall_s": 12.5, "region_decomposition": [
+        {"mode": "counter", "goal_applies": True, "estimated_overhead": 0.001},
+        {"mode": "counter", "goal_applies": True, "estimated_overhead": 0.004},
+        {"mode": "counter, 2.4 ms reads", "goal_applies": True, "estimated_overhead": 0.02},
+        {"mode": "counter", "goal_applies": False, "estimated_overhead": 0.5},          # a short region: no goal
+    ]})
+    write("detection_power", {"goal": {"z_test_limit_detection": 0.937, "gate": [
+        {"setting": "ets:2%", "false_alarm": 0.007, "detection": 0.92},
+        {"setting": "ets:0%", "false_alarm": 0.03, "detection": 0.99},                  # too many false alarms
+    ]}})
+    write("tune_accuracy", {"summary": {"cases": 36, "within_goal": 33, "max_settings": 5, "goal_met": False}})
+    write("energy_all_overhead", {"goals": [{"goal": "energy_all_overhead", "figure": 0.08, "target": 0.1, "met": True,
+                                             "simulated": True}]})
     write("compare_scaling", {"rows": [{"cases": 1250, "cpu_s": 0.3, "ratio_to_smallest": 1.0, "cases_ratio": 1.0},
                                        {"cases": 10000, "cpu_s": 2.6, "ratio_to_smallest": 8.7, "cases_ratio": 8.0}]})
-    lines = run_all.goal_lines(tmp_path, quick=True)
-    assert ("meter overhead, counter (simulated), regions >= 1 s: worst estimate 0.10% (goal <= 0.5 %): met; "
-            "direct measurement: 1 undecided") in lines
-    assert any(line.startswith("meter overhead, sampling") and "NOT MET; direct measurement: 1 missed" in line for line in lines)
-    assert "main job: the plugin adds 4.0% on top of the workloads (goal <= 10 %): met" in lines
-    assert "comparison: 10000 cases in 2.6 s of CPU, 8.7x the CPU of 8x fewer cases (linear: about 8x)" in lines
+    found = {goal.goal: goal for goal in run_all.goals(tmp_path, quick=True)}
+    assert set(found) == {"meter_overhead_python", "meter_overhead_slow_reads", "detection_power_n5", "tune_within_5pct",
+                          "energy_all_overhead"}
+    assert (found["meter_overhead_python"].figure, found["meter_overhead_python"].met) == (0.004, True)     # the worst
+    assert (found["meter_overhead_slow_reads"].figure, found["meter_overhead_slow_reads"].met) == (0.02, False)
+    assert found["meter_overhead_python"].source == "meter_overhead-quick.json (2026-11-25T10:00:00+00:00, 12.5 s)"
+    detection = found["detection_power_n5"]
+    assert detection.figure == 0.92 and detection.target == pytest.approx(0.917) and detection.met
+    assert (found["tune_within_5pct"].figure, found["tune_within_5pct"].met) == (33 / 36, False)
+    assert found["energy_all_overhead"].met
+    path = run_all.write_goals(tmp_path, True, list(found.values()), 1.0)
+    written = json.loads(path.read_text())
+    assert path.name == "goals-quick.json" and len(written) == 5
+    assert all({"goal", "figure", "target", "met"} <= set(row) for row in written)
+    others = run_all.other_lines(tmp_path, quick=True)
+    assert "comparison: 10000 cases in 2.6 s of CPU, 8.7x the CPU of 8x fewer cases (linear: about 8x)" in others
 
 
 def test_run_all_rejects_an_unknown_benchmark():
