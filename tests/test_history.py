@@ -264,6 +264,8 @@ def _in_tmp(tmp_path, monkeypatch):
     (("s", "--gpu", "A100"), "no saved run in s is of GPU model A100"),
     (("s", "--commits", "ffff.."), "no run of commit 'ffff' in the history"),
     (("s", "--commits", "04..01"), "comes after"),
+    (("s", "-k", "resnet"), "no passed case in the 6 runs read matches -k resnet"),
+    (("s", "--since", "2030-01-01"), "no run is dated between --since and --until"),
 ])
 def test_bad_storage_and_selections_are_one_line_errors(tmp_path, args, message):
     (tmp_path / "empty").mkdir()

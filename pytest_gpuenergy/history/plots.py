@@ -102,6 +102,10 @@ def _plots(report: HistoryReport) -> str:
         parts.append(f'<p class="note">{len(shown)} series changed: the {MAX_PLOTS} with the largest changes are drawn; '
                      f"every change is in the tables, the Markdown and the JSON report.</p>")
         shown = sorted(shown, key=_largest, reverse=True)[:MAX_PLOTS]
+    parts.append('<p class="note">In each plot: the runs\' figures (blue points) with the meter\'s bound (blue band); each '
+                 'level found (black line) with the sessions\' noise, two standard deviations either side (grey band); '
+                 'change points (red dashed lines, with their size); a trend (orange dashed line); a newest run that is '
+                 'off but not confirmed (red circle).</p>')
     models = sorted({(r.series.key.gpu_model, r.series.key.backend, r.series.simulated) for r in shown})
     for model, backend, simulated in models:
         parts.append(f"<h2>{escape(model_label(model, backend, simulated))}</h2>")

@@ -119,8 +119,8 @@ def counts(report: HistoryReport) -> str:
 
 def evidence(report: HistoryReport, change: ChangePoint) -> str:
     confidence = f"{100 * report.settings.confidence:g} %"
-    return (f"t = {change.t:.1f}, needed {change.t_needed:.1f} at {confidence} over {change.candidates} "
-            f"place{'s' if change.candidates != 1 else ''}; session noise {change.noise_pct:.1f} %; "
+    return (f"t = {change.t:.1f} > {change.t_needed:.1f} ({confidence} confidence over {change.candidates} candidate "
+            f"commit{'s' if change.candidates != 1 else ''}); session noise {change.noise_pct:.1f} %; "
             f"{change.before.size} runs before, {change.after.size} after; interval {pct(change.low_pct)} to "
             f"{pct(change.high_pct)}")
 

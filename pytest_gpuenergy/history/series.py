@@ -192,7 +192,10 @@ def read_history(storage: str | os.PathLike[str], selection: Selection = Selecti
     runs = tuple(RunEnergy(p.run_id, station_of[p.run_id], sum(v[4] for v in p.points.values()), p.simulated)
                  for p in pending if p.run_id in station_of)
     if not series:
-        notes.append("no case matches the selection in these runs (only passed cases count)")
+        wanted = ", ".join(filter(None, [selection.tests and f"-k {' '.join(selection.tests)}",
+                                         selection.caps and f"--cap {','.join(selection.caps)}"]))
+        raise SettingError(f"no passed case in the {len(station_of)} runs read {'matches ' + wanted if wanted else 'is left'}; "
+                           f"see the cases with: gpuenergy runs --storage {store.folder}")
     return History(storage=store.folder, metric=metric, order=order, stations=tuple(stations), series=tuple(series),
                    runs=runs, skipped=tuple(skipped), notes=tuple(notes))
 
@@ -325,6 +328,9 @@ def _cut(stations: list[Station], station_of: dict[str, int], selection: Selecti
     keep = [i for i in range(first, last + 1)
             if (selection.since is None or stations[i].at >= selection.since)
             and (selection.until is None or stations[i].at <= selection.until)]
+    if not keep:
+        dates = f"{stations[first].at:%Y-%m-%d %H:%M} to {stations[last].at:%Y-%m-%d %H:%M} UTC"
+        raise SettingError(f"no run is dated between --since and --until: the history runs from {dates}")
     renumber = {old: new for new, old in enumerate(keep)}
     return [stations[i] for i in keep], {run: renumber[i] for run, i in station_of.items() if i in renumber}
 
