@@ -192,8 +192,8 @@ def read_history(storage: str | os.PathLike[str], selection: Selection = Selecti
     runs = tuple(RunEnergy(p.run_id, station_of[p.run_id], sum(v[4] for v in p.points.values()), p.simulated)
                  for p in pending if p.run_id in station_of)
     if not series:
-        wanted = ", ".join(filter(None, [selection.tests and f"-k {' '.join(selection.tests)}",
-                                         selection.caps and f"--cap {','.join(selection.caps)}"]))
+        wanted = ", ".join(([f"-k {' '.join(selection.tests)}"] if selection.tests else [])
+                           + ([f"--cap {','.join(selection.caps)}"] if selection.caps else []))
         raise SettingError(f"no passed case in the {len(station_of)} runs read {'matches ' + wanted if wanted else 'is left'}; "
                            f"see the cases with: gpuenergy runs --storage {store.folder}")
     return History(storage=store.folder, metric=metric, order=order, stations=tuple(stations), series=tuple(series),
