@@ -172,6 +172,10 @@ def test_the_tutorial_works_as_written_on_a_fresh_project(tmp_path):
     text = "\n".join(outputs)
     assert "2 passed" in text                                             # the suite as it was
     assert "ETS per call at each cap (4 cases)" in text and "(sim)" in text   # energy per test, labelled simulated
+    row = re.search(r"^test_large_product\s+([\d.]+) J\s+([\d.]+) (k?)J", text, re.MULTILINE)
+    assert row, text[:3000]
+    at_60, at_100 = float(row.group(1)), float(row.group(2)) * (1000 if row.group(3) else 1)
+    assert 0.70 < at_60 / at_100 < 0.80                                   # "25 % less energy at 60 %", as the page says
     assert "wrote 4 budgets for 2 tests to energy-budgets.toml" in text
     assert "energy budget exceeded: ETS" in text                          # the heavier change, caught by its budget
     assert "ENERGY REGRESSION test_mylib.py::test_large_product" in text  # and by the gate
