@@ -58,7 +58,7 @@ details{margin:.35em 0}summary{cursor:pointer;font-weight:600}
 .grid.pareto{grid-template-columns:repeat(auto-fill,minmax(220px,1fr))}
 .card{border:1px solid #e3e3e3;border-radius:6px;padding:6px;min-width:0}
 .card p{margin:.3em 0;font-size:.85em}
-svg.plot,svg.legend-plot{display:block;width:100%;height:auto}svg.heatmap{max-width:900px}
+svg.plot,svg.legend-plot{display:block;width:100%;height:auto}
 svg.legend-plot{max-width:760px}
 svg.plot *,svg.legend-plot *{stroke-linejoin:round;stroke-linecap:butt}
 .warn{color:#b3261e;font-weight:600}
@@ -224,7 +224,8 @@ def overview_section(docs: Sequence[RunDocument], digests: Sequence[Digest]) -> 
         label = model_label(doc.gpu_model, doc.backend, doc.simulated)
         if len(caps) > 1:
             parts.append(f"<h3>{escape(label)}: ETS against the default limit</h3>")
-            parts.append(heatmap_svg(rows, caps, title=label, outlined=outlined, hatched=hatched))
+            parts.append('<div class="scroll">' + heatmap_svg(rows, caps, title=label, outlined=outlined, hatched=hatched)
+                         + "</div>")
             parts.append('<p class="note">Each cell: ETS at that cap against the same workload at the default limit, '
                          'in per cent (negative: less energy). Black outline: a regressed case; red hatching: a suspect '
                          'figure (faster than at the default limit).</p>')

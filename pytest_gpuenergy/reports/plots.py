@@ -156,12 +156,13 @@ def heatmap_svg(rows: Sequence[tuple[str, Sequence[SweepPoint]]], caps: Sequence
         ax.set_yticks(range(len(rows)), labels=[name for name, _ in rows])
         ax.tick_params(length=0)
         ax.xaxis.set_ticks_position("top")
-        colourbar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
+        # Below the cells, its label across: beside them a rotated label is taller than two rows and is cut.
+        colourbar = fig.colorbar(image, ax=ax, location="bottom", shrink=0.7, pad=0.03, aspect=40)
         colourbar.set_label("ETS against the default limit (%)")
         colourbar.solids.set_rasterized(False)
     label = (f"{title}: heatmap of ETS at {len(caps)} caps against the default limit for {len(rows)} workloads; "
              f"{len(outlined)} regressed cases outlined")
-    return figure_svg(fig, label, css_class="plot heatmap")
+    return figure_svg(fig, label, css_class="plot heatmap", fixed=True)
 
 
 def _annotate_cells(ax, values, span: float) -> None:

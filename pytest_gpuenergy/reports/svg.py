@@ -53,8 +53,11 @@ def rc_context() -> Any:
     return matplotlib.rc_context(_RC)  # type: ignore[arg-type]  # matplotlib types rc keys as literals
 
 
-def figure_svg(fig: Any, label: str, *, element_id: str | None = None, css_class: str = "plot") -> str:
-    """``fig`` as one ``<svg>`` element named ``label`` for assistive technology."""
+def figure_svg(fig: Any, label: str, *, element_id: str | None = None, css_class: str = "plot",
+               fixed: bool = False) -> str:
+    """``fig`` as one ``<svg>`` element named ``label`` for assistive technology: as wide as its column
+    up to its own width, or, ``fixed``, always its own width (a table of figures, in a box that scrolls:
+    shrunk to a phone's width its numbers would be too small to read)."""
     buffer = io.StringIO()
     with rc_context():
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
@@ -68,9 +71,19 @@ def figure_svg(fig: Any, label: str, *, element_id: str | None = None, css_class
     root = (f'<svg class="{css_class}" role="img" aria-labelledby="{title_id}"'
             + (f' id="{escape(element_id)}"' if element_id else ""))
     text = re.sub(r"<svg\b[^>]*?(viewBox=\"[^\"]*\")[^>]*>",
-                  lambda m: f'{root} {m.group(1)} preserveAspectRatio="xMidYMid meet">'
-                            f'<title id="{title_id}">{escape(label)}</title>', text, count=1)
+                  lambda m: f'{root} {m.group(1)} style="{_size_style(m.group(1), fixed)}" '
+                            f'preserveAspectRatio="xMidYMid meet"><title id="{title_id}">{escape(label)}</title>',
+                  text, count=1)
     return re.sub(r">\s+<", "><", text).strip()
+
+
+def _size_style(view_box: str, fixed: bool) -> str:
+    """The figure's own width in CSS pixels (its viewBox is in points, 72 to the inch; CSS has 96 px to
+    the inch) as its widest: a plot may shrink to fit a phone but never grows past it, so every plot's
+    text keeps the size the figure gave it (one type scale for the page: 9 pt labels are 12 px wherever
+    they are)."""
+    width_px = round(float(view_box.split('"')[1].split()[2]) * 96 / 72)
+    return f"width:{width_px}px;max-width:none" if fixed else f"max-width:{width_px}px"
 
 
 def _prefix_ids(text: str, prefix: str) -> str:
