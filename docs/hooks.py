@@ -60,7 +60,7 @@ def options_markdown() -> str:
         metavar = attrs.get("metavar")
         usage = flag if attrs.get("const") is True else (f"{flag}[={metavar}]" if attrs.get("nargs") == "?" else f"{flag}={metavar or 'VALUE'}")
         if attrs.get("choices"):
-            usage = flag + "=" + "\\|".join(attrs["choices"])
+            usage = flag + "={" + ",".join(attrs["choices"]) + "}"     # as argparse writes choices
         ini = flag[2:].replace("-", "_")
         ini_cell = f"`{ini}`" if ini in inis else "(none)"
         rows.append(f"| <span id=\"{flag[2:]}\"></span>`{usage}` | {ini_cell} | {_cell(attrs.get('help', '').replace('%%', '%'))} |")

@@ -248,3 +248,5 @@ def test_the_readme_is_short_and_its_commands_are_what_ci_runs():
     assert main_job == "pytest reference_workloads --gpu-caps=60%,80%,100%"
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):                 # every link into the site is there
         assert (ROOT / link).exists(), link
+    home = (DOCS / "index.md").read_text()                               # the site's home page says the same
+    assert quick.split("```bash\n")[1].split("```")[0] in home
