@@ -84,7 +84,8 @@ def failing_tests(work: Path, tests: tuple[str, ...]) -> tuple[list[str], str, i
     env = {**os.environ, "PYTHONPATH": str(work), "GPUENERGY_SIM_STATE": str(work / ".gpuenergy-sim")}
     done = subprocess.run([sys.executable, "-m", "pytest", *tests, "-q", "-n", "2", "-p", "no:cacheprovider", "-p", "no:randomly"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=1800)
-    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    # pytest's summary lines of this run's own tests (a pytester session's output, shown in a failure, has others)
+    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith(("FAILED tests/", "ERROR tests/"))]
     lines = done.stdout.strip().splitlines()
     return failed, lines[-1] if lines else done.stderr.strip()[-300:], done.returncode
 
