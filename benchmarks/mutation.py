@@ -100,7 +100,11 @@ def main() -> int:
     parser.add_argument("--module", action="append", choices=sorted(MODULES), metavar="PATH",
                         help="a module to mutate (repeatable); default: all of them")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
+    parser.add_argument("--table", action="store_true", help="print the results as a Markdown table and stop")
     args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(RESULTS.read_text())))
+        return 0
     modules = args.module or list(MODULES)
     equivalents = load_equivalents()
     for module in modules:
@@ -117,6 +121,21 @@ def main() -> int:
     short = [m for m, e in results["modules"].items() if e["killed_share"] < GOAL]
     print(f"modules under {GOAL:.0%} killed: {', '.join(short) or 'none'}")
     return 0
+
+
+def markdown_table(results: dict) -> str:
+    """The docs' table: per module its mutants, killed, equivalent survivors, gaps, share killed, time."""
+    rows = ["| module | mutants | killed | survived: equivalent | survived: gap | killed | time (s) | date |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for module in MODULES:
+        entry = results["modules"].get(module)
+        if entry is None:
+            rows.append(f"| `{module.removeprefix('pytest_gpuenergy/')}` | not run yet | | | | | | |")
+            continue
+        gaps = entry["survived"] - entry["equivalent"]
+        rows.append(f"| `{module.removeprefix('pytest_gpuenergy/')}` | {entry['mutants']} | {entry['killed']} | "
+                    f"{entry['equivalent']} | {gaps} | {entry['killed_share']:.1%} | {entry['seconds']:.0f} | {entry['date']} |")
+    return "\n".join(rows)
 
 
 def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Survivor]]:

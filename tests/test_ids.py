@@ -69,6 +69,7 @@ def test_the_node_id_drops_only_a_second_or_later_region_suffix(case_id, expecte
     ("t.py::test_x[]", ("",), "t.py::test_x[]"),                # an empty label strips nothing
     ("t.py::test_x[resnet-]", ("",), "t.py::test_x[resnet-]"),
     ("t.py::test_x[resnet-60%]", (), "t.py::test_x[resnet-60%]"),
+    ("t.py::test_x[resnet-60%]", ("60%", None), "t.py::test_x[resnet]"),      # no clock cap: the cap still goes
 ])
 def test_a_cases_test_key_is_its_id_without_the_cap_labels_last_in_it(case_id, labels, expected):
     assert ids.test_key(case_id, *labels) == expected

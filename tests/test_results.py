@@ -183,3 +183,5 @@ def test_the_description_gives_each_figure_with_its_unit_and_where_it_came_from(
         assert piece in text, text
     real = EnergyResult(per_gpu=(gpu(0, rep(1.0), method=SAMPLING, backend="nvml", simulated=False),))
     assert "ETS 1 J, T 1 s" in real.describe() and "(measured, sampling)" in real.describe()
+    half = EnergyResult(per_gpu=(gpu(0, rep(1.0, low_j=0.9)),))      # half a bound is no bound: none shown
+    assert half.describe().startswith("ETS 1 J, T 1 s")
