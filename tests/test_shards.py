@@ -132,7 +132,7 @@ def test_a_save_whose_link_reply_was_lost_on_nfs_counts_as_saved(tmp_path, monke
     real_link = os.link
 
     def link_then_lose_the_reply(src, dst, *args, **kwargs):
-        real_link(src, dst)
+        real_link(src, dst, *args, **kwargs)
         raise FileExistsError(17, "File exists", str(dst))
 
     monkeypatch.setattr(fileio.os, "link", link_then_lose_the_reply)

@@ -13,6 +13,7 @@ from ..gpu.clock_journal import journals_for
 from ..gpu.clocks_info import clock_fields, clock_line
 from ..gpu.device import Backend, open_backend
 from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
+from ..gpu.signals import RestoreAbandoned
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from .budgets import add_budgets_command
 from .compare import add_compare_commands
@@ -110,7 +111,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     backend = open_backend(args.gpu_backend or default_backend())
     try:
         outcomes = [outcome for journal in journals_for(backend)
-                    for outcome in journal.repair(backend, include_live_owners=args.force)]
+                    for outcome in journal.repair(backend, include_live_owners=args.force, in_restore_command=True)]
+    except RestoreAbandoned:
+        return 130          # a second signal: what is left and its fix were said when it stopped
     finally:
         backend.close()
     if not outcomes:

@@ -19,17 +19,15 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pynvml
 
-from ..errors import JournalCorrupt
-from ..fileio import atomic_write_json, file_lock, read_state_text, state_folder
-from ..runs.validation import parse_json
+from ..fileio import file_lock
 from .device import Backend, Gpu
-from .journal import Journal, RepairOutcome, entry_fields, journal_for, whole_field
+from .journal import Journal, RepairOutcome, direct_fix, entry_fields, journal_for, whole_field
 from .processes import is_alive, process_start
 
 _FORMAT = "gpuenergy-clock-journal"
@@ -63,6 +61,15 @@ class ClockJournalEntry:
         before = lock_text(self.previous)
         return (f"GPU {self.gpu_index} ({self.gpu_name}, {self.gpu_uuid}): SM clock locked at "
                 f"{lock_text(self.applied)} by pid {self.pid} on {self.host}, before: {before}")
+
+    def left_text(self) -> str:
+        return (f"GPU {self.gpu_index} ({self.gpu_name}, {self.gpu_uuid}) with its SM clock locked at "
+                f"{lock_text(self.applied)}, before: {lock_text(self.previous)}")
+
+    def fix_command(self, gpu: Gpu) -> str:
+        before = self.previous
+        flags = "-rgc" if before is None else f"-lgc {before[0]},{before[1]}"
+        return direct_fix(gpu, f"nvidia-smi -i {self.gpu_uuid} {flags}")
 
     def same_write(self, other: ClockJournalEntry) -> bool:
         return (self.pid, self.process_start, self.written_at) == (other.pid, other.process_start, other.written_at)
@@ -98,10 +105,12 @@ def put_lock(gpu: Gpu, lock: tuple[int, int] | None) -> None:
 class ClockJournal(Journal):
     """Clock-lock entries, one file per GPU; ``repair`` and ``clear`` are the power journal's."""
 
+    kind = "SM-clock"
+
     def record_lock(self, gpu: Gpu, previous: tuple[int, int] | None, applied: tuple[int, int]) -> ClockJournalEntry:
         """Note the lock about to be set (with the GPU's lock held); an entry already there keeps its previous state."""
-        with file_lock(state_folder(self.folder) / ".lock"):
-            existing = self._read(self._path(gpu.uuid))
+        with file_lock(self.folder, ".lock") as folder_fd:
+            existing = self._read(folder_fd, self._name(gpu.uuid))
             before = existing.previous if existing is not None else previous
             entry = ClockJournalEntry(
                 gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name,
@@ -110,19 +119,17 @@ class ClockJournal(Journal):
                 pid=os.getpid(), process_start=process_start(os.getpid()),
                 host=socket.gethostname(), written_at=time.time(),
             )
-            atomic_write_json(self._path(gpu.uuid), asdict(entry))
+            self._write(folder_fd, entry)
             return entry
 
-    def _read(self, path: Path) -> Any:
-        try:
-            return _entry_from_json(parse_json(read_state_text(path)), path.stem)
-        except FileNotFoundError:
-            return None
-        except ValueError as exc:
-            raise JournalCorrupt(
-                f"the clock-lock journal entry {path} is unreadable ({exc}); check the GPU's clocks with "
-                f"`gpuenergy info`, reset them if needed (nvidia-smi -rgc), then delete the file"
-            ) from None
+    @staticmethod
+    def _parse(data: Any, file_uuid: str) -> Any:
+        return _entry_from_json(data, file_uuid)
+
+    @staticmethod
+    def _unreadable(path: Path, exc: Exception) -> str:
+        return (f"the clock-lock journal entry {path} is unreadable ({exc}); check the GPU's clocks with "
+                f"`gpuenergy info`, reset them if needed (nvidia-smi -rgc), then delete the file")
 
     def _repair_one(self, gpu: Gpu, entry: Any) -> RepairOutcome:
         try:
@@ -134,7 +141,8 @@ class ClockJournal(Journal):
                 self.clear(entry)
                 return RepairOutcome(entry, "changed-since",
                                      f"{entry.describe()}: now {lock_text(now)}, set by someone else since; left as it is")
-            put_lock(gpu, entry.previous)
+            with self._putting_back(gpu, entry):
+                put_lock(gpu, entry.previous)
             readable, now = read_lock(gpu)
         except pynvml.NVMLError as exc:
             return RepairOutcome(entry, "failed", f"{entry.describe()}: could not restore it (NVML: {exc})")

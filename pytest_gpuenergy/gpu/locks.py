@@ -4,9 +4,11 @@ Two pytest-xdist workers (or two sessions) that want different caps on the same 
 run at the same time, and the energy one test measures must not include another test's work.
 The lock is an ``flock`` on a file per GPU UUID (the kernel drops it if the holder dies, so a
 killed run never leaves a GPU locked). Within a process it is reentrant: the fixture that holds
-a GPU for a whole test, the capper and the meter can all take it. The lock file is opened without
-following a symbolic link and never truncated on open (``fileio.open_lock_file``): one planted in
-a shared folder cannot make a session overwrite another file.
+a GPU for a whole test, the capper and the meter can all take it. The lock folder is reached by a
+checked walk and the lock file opened through it without following a link, never truncated or
+written (``fileio.open_lock_file``), and readable by its owner only: another user can neither make
+a session overwrite a file nor hold a GPU's lock (``flock`` needs only a read-only descriptor). A
+wait names the process that really holds the lock, as the kernel says (``/proc/locks``).
 """
 
 from __future__ import annotations
@@ -15,18 +17,24 @@ import contextlib
 import fcntl
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import GpuBusyError
-from ..fileio import open_lock_file
-from .signals import announce
+from ..fileio import open_lock_file, wait_for_lock
+from ..trusted_path import opened_folder, state_owners
 
 DEFAULT_TIMEOUT_S = 3600.0
-_POLL_S = 0.05
-_OWNER_BYTES = 32       # the lock file's one line: "pid N", padded
+LOCK_FOLDER_MODE = 0o700
 _SAY_AFTER_S = 2.0      # a wait longer than this is said on the terminal (whose lock, how to stop)
+
+
+class GpuLockBusy(GpuBusyError):
+    """A GPU's lock stayed held past the wait; ``holder`` says who holds it, as the kernel does."""
+
+    def __init__(self, text: str, holder: str) -> None:
+        super().__init__(text)
+        self.holder = holder
 
 
 class _Held:
@@ -45,41 +53,23 @@ def _acquire(path: Path, timeout_s: float) -> None:
         if held is not None:
             held.count += 1
             return
-    fd = open_lock_file(path)
-    deadline = time.monotonic() + timeout_s
-    said = False
+    with opened_folder(path.parent, owners=state_owners(), create_mode=LOCK_FOLDER_MODE) as folder_fd:
+        fd = open_lock_file(folder_fd, path.name, shown=path)
+
+    def busy(holder: str) -> GpuLockBusy:
+        return GpuLockBusy(
+            f"waited {timeout_s:g} s for the GPU lock {path.name} held by {holder}: another test session is "
+            f"using that GPU; wait for it to finish, or select another GPU with --gpu-devices", holder)
+
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise GpuBusyError(
-                        f"waited {timeout_s:g} s for the GPU lock {path.name} held by {_owner(fd)}: another test session is "
-                        f"using that GPU; wait for it to finish, or select another GPU with --gpu-devices"
-                    ) from None
-                if not said and timeout_s >= _SAY_AFTER_S and time.monotonic() >= deadline - timeout_s + _SAY_AFTER_S:
-                    said = True
-                    announce(f"gpuenergy: waiting for the GPU lock {path.name} held by {_owner(fd)} "
-                             f"(at most {timeout_s:g} s; Ctrl-C or SIGTERM stops at once)")
-                # A short sleep, never a blocking flock: a signal (SIGTERM, Ctrl-C) raises here at once.
-                time.sleep(_POLL_S)
+        wait_for_lock(fd, timeout_s, on_timeout=busy, say_after_s=_SAY_AFTER_S,
+                      waiting_note=lambda holder: f"gpuenergy: waiting for the GPU lock {path.name} held by {holder} "
+                                                  f"(at most {timeout_s:g} s; Ctrl-C or SIGTERM stops at once)")
     except BaseException:
         os.close(fd)
         raise
-    # The holder's pid, over whatever the last holder wrote: a fixed-width record needs no truncation
-    # (ftruncate costs 0.4 ms on some file systems, and every test takes the lock).
-    os.pwrite(fd, f"pid {os.getpid()}".ljust(_OWNER_BYTES - 1).encode() + b"\n", 0)
     with _mutex:
         _registry[path] = _Held(fd)
-
-
-def _owner(fd: int) -> str:
-    try:
-        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "an unknown process"
-    except OSError:
-        return "an unknown process"
 
 
 def _release(path: Path) -> None:

@@ -14,6 +14,11 @@ plugin wraps a test's teardown in it) the signal waits for the end of that block
 rest of the teardown (the GPU's lock) still runs. A hard kill (SIGKILL) cannot be held: the
 journal is there for that.
 
+A restore that cannot finish must not hold the process forever either: after a second signal, a
+restore that waits (for a lock: ``check_abandoned`` is called by every wait) stops with
+``RestoreAbandoned``, and says which GPU it leaves at which setting and the command that puts it
+back (``note_left``: the journal notes every setting it records until it is restored).
+
 Signal handlers belong to the process, so the place that announces a held signal is too: the
 plugin points it at the terminal; elsewhere it is standard error.
 """
@@ -39,6 +44,14 @@ _announce: Callable[[str], None] = _to_stderr
 _stopping = False
 _postponing = 0                 # depth of delivered_at_end blocks
 _postponed: list[int] = []
+_restoring: list[str] = []      # what the signals_held blocks in progress do, outermost first
+_again: list[str] = []          # a second signal's name, received inside them
+_left: dict[str, str] = {}      # what a stopped restore would leave changed, and its fix
+
+
+class RestoreAbandoned(KeyboardInterrupt):
+    """A second signal while a restore waited: the restore stops there (a KeyboardInterrupt, so the
+    process stops too); the message says which GPU is left at which setting and how to fix it."""
 
 
 def set_stopping(stopping: bool) -> None:
@@ -74,8 +87,11 @@ def signals_held(doing: str) -> Iterator[None]:
     held: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if not held:
-            _announce(f"gpuenergy: {signal.Signals(signum).name} received while {doing}: finishing that first, then stopping")
+            _announce(f"gpuenergy: {name} received while {doing}: finishing that first, then stopping")
+        elif not _again:
+            _again.append(name)
         held.append(signum)
 
     previous = {}
@@ -83,13 +99,44 @@ def signals_held(doing: str) -> Iterator[None]:
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) not in (signal.SIG_IGN, None):
             previous[number] = signal.signal(number, hold)
+    _restoring.append(doing)
     try:
         yield
+    except RestoreAbandoned:
+        held.clear()        # it stops now: nothing is delivered later
+        raise
     finally:
+        _restoring.pop()
+        if not _restoring:
+            _again.clear()
         for number, handler in previous.items():
             signal.signal(number, handler)
         if held and not _stopping:
             _deliver(held[0])
+
+
+def check_abandoned() -> None:
+    """Raise ``RestoreAbandoned`` where a second signal came during a restore (every wait calls this)."""
+    if _again and _restoring:
+        text = (f"gpuenergy: {_again[0]} received again while {_restoring[-1]}: stopped where it waited, "
+                f"without finishing{left_behind() or '; nothing was left changed'}")
+        _announce(text)
+        raise RestoreAbandoned(text)
+
+
+def note_left(key: str, text: str) -> None:
+    """Note a setting that stays changed until ``note_back(key)``: ``text`` names the GPU, the
+    setting, the one before, and the command that puts it back."""
+    _left[key] = text
+
+
+def note_back(key: str) -> None:
+    _left.pop(key, None)
+
+
+def left_behind() -> str:
+    """``; left changed: ...`` for every noted setting, or "" (the end of a stopped restore's message)."""
+    return "; left changed: " + "; ".join(_left.values()) if _left else ""
 
 
 def _deliver(signum: int) -> None:

@@ -248,7 +248,3 @@ class SimDevice:
     def is_busy(self) -> bool:
         return self.timeline.busy_at(self.owner.clock.now())
 
-    def process_marker(self, pid: int) -> Path:
-        """A file whose presence says that ``pid`` runs work on this GPU."""
-        return self.state_file.path.with_suffix(".procs") / str(pid)
-

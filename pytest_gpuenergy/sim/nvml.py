@@ -411,22 +411,13 @@ class SimulatedNvml:
 
     def _set_active(self, indices: set[int]) -> None:
         for device in self._devices:
-            marker = device.process_marker(os.getpid())
-            if device.index in indices:
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
-            else:
-                marker.unlink(missing_ok=True)
+            device.state_file.mark_process(os.getpid(), device.index in indices)
         self.active = indices
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: SimDeviceHandle) -> list:
         device = self._device(handle)
-        try:
-            names = os.listdir(device.process_marker(0).parent)     # (every region asks twice: no pathlib)
-        except FileNotFoundError:
-            names = []
-        return [pynvml.c_nvmlProcessInfo_v2_t(pid=int(name), usedGpuMemory=0)
-                for name in names if name.isdigit() and is_alive(int(name))]
+        return [pynvml.c_nvmlProcessInfo_v2_t(pid=pid, usedGpuMemory=0)
+                for pid in device.state_file.process_ids() if is_alive(pid)]
 
     def simSynchronize(self) -> None:
         """Wait until the simulated GPUs have executed the work queued so far."""

@@ -10,10 +10,17 @@ Layout::
     machine.json            which simulated models the machine has, in index order
     gpus/<uuid>.json        one GPU: its power limit and the energy committed to its counter
     gpus/<uuid>.lock        serialises read-modify-write of that GPU across processes
+    gpus/<uuid>.procs/<pid> the processes that run work on that GPU (NVML lists them)
+
+The simulator shares the journal and the locks with NVML, and its own files decide the limits it
+shows, so they are state files like the journal's (``fileio``): reached through a checked walk
+from ``/``, opened without following a link and never blocking on a FIFO, believed only when they
+are ours (or root's), with one link, writable by no one else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -23,7 +30,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import SimStateError
-from ..fileio import atomic_write_json, file_lock, user_state_dir
+from ..fileio import STATE_FOLDER_MODE, file_lock, open_state_file, read_state_at, user_state_dir, write_state_json
+from ..fileio import state_dir as checked_folder
+from ..trusted_path import HeldFolder, state_owners
 from .models import DEFAULT_SIM_MODELS, GPU_MODELS, GpuSpec, parse_model_list
 
 STATE_ENV = "GPUENERGY_SIM_STATE"
@@ -70,19 +79,22 @@ class GpuState:
 
 def load_machine(state_dir: Path, requested: tuple[str, ...] | None = None) -> tuple[GpuSpec, ...]:
     """The simulated machine's GPUs; ``requested`` (or ``GPUENERGY_SIM_GPUS``) redefines it."""
-    machine_file = state_dir / "machine.json"
+    machine_file = Path(state_dir) / "machine.json"
     if requested is None and os.environ.get(MODELS_ENV):
         requested = parse_model_list(os.environ[MODELS_ENV])
-    if requested is None:
-        requested = _read_machine(machine_file) or DEFAULT_SIM_MODELS
-    if _read_machine(machine_file) != requested:
-        atomic_write_json(machine_file, {"format": "gpuenergy-sim-machine", "version": 1, "models": list(requested)})
+    with checked_folder(Path(state_dir)) as folder_fd:
+        on_disk = _read_machine(folder_fd, machine_file)
+        if requested is None:
+            requested = on_disk or DEFAULT_SIM_MODELS
+        if on_disk != requested:
+            write_state_json(folder_fd, machine_file.name,
+                             {"format": "gpuenergy-sim-machine", "version": 1, "models": list(requested)}, shown=machine_file)
     return tuple(GPU_MODELS[key] for key in requested)
 
 
-def _read_machine(machine_file: Path) -> tuple[str, ...] | None:
+def _read_machine(folder_fd: int, machine_file: Path) -> tuple[str, ...] | None:
     try:
-        data = json.loads(machine_file.read_text(encoding="utf-8"))
+        data = json.loads(read_state_at(folder_fd, machine_file.name, shown=machine_file))
         models = tuple(data["models"])
         parse_model_list(",".join(models))
         return models
@@ -107,8 +119,15 @@ class GpuStateFile:
         self.spec = spec
         self.index = index
         self.uuid = sim_uuid(spec.key, index)
-        self.path = state_dir / "gpus" / f"{self.uuid}.json"
-        self._lock_path = self.path.with_suffix(".lock")
+        self.folder = Path(state_dir) / "gpus"
+        self.name = f"{self.uuid}.json"
+        self.path = self.folder / self.name
+        self._lock_name = f"{self.uuid}.lock"
+        self._procs = self.folder / f"{self.uuid}.procs"
+        # Read every few milliseconds: the folders' descriptors are kept, walked to once (and again
+        # only where the path names another folder since).
+        self._held = HeldFolder(self.folder, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
+        self._held_procs = HeldFolder(self._procs, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
         self._cached: GpuState | None = None
         self._cached_stamp: tuple[int, int, int] | None = None
         self._checked_at = -1.0
@@ -119,34 +138,53 @@ class GpuStateFile:
             return self._cached
         self._checked_at = now
         try:
-            stat = self.path.stat()
+            folder_fd = self._held.fd()
+            found = os.stat(self.name, dir_fd=folder_fd, follow_symlinks=False)
+            stamp = (found.st_mtime_ns, found.st_size, found.st_ino)
+            if self._cached is None or stamp != self._cached_stamp:
+                self._cached = self._parse(read_state_at(folder_fd, self.name, shown=self.path))
+                self._cached_stamp = stamp
+            return self._cached
         except FileNotFoundError:
-            with file_lock(self._lock_path):
-                return self._load_or_create()
-        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-        if self._cached is None or stamp != self._cached_stamp:
-            self._cached = self._parse(self.path.read_text(encoding="utf-8"))
-            self._cached_stamp = stamp
-        return self._cached
+            with file_lock(self.folder, self._lock_name) as folder_fd:
+                return self._load_or_create(folder_fd)
 
     def update(self, change: Callable[[GpuState], GpuState], *, durable: bool = True) -> GpuState:
-        with file_lock(self._lock_path):
-            new = change(self._load_or_create())
-            atomic_write_json(self.path, asdict(new), durable=durable)
+        with file_lock(self.folder, self._lock_name) as folder_fd:
+            new = change(self._load_or_create(folder_fd))
+            write_state_json(folder_fd, self.name, asdict(new), shown=self.path, durable=durable)
             self._cached, self._cached_stamp = None, None
             return new
 
-    def _load_or_create(self) -> GpuState:
+    def _load_or_create(self, folder_fd: int) -> GpuState:
         """The state as on disk, created at the default limit if missing; the caller holds the lock."""
         try:
-            return self._parse(self.path.read_text(encoding="utf-8"))
+            return self._parse(read_state_at(folder_fd, self.name, shown=self.path))
         except FileNotFoundError:
             fresh = GpuState(
                 uuid=self.uuid, model=self.spec.key, index=self.index,
                 limit_mw=int(self.spec.default_limit_w * 1000), created_at=time.time(), dynamic_mj=0.0,
             )
-            atomic_write_json(self.path, asdict(fresh))
+            write_state_json(folder_fd, self.name, asdict(fresh), shown=self.path)
             return fresh
+
+    # -- the processes that run work on this GPU ----------------------------------------------------
+    def mark_process(self, pid: int, running: bool) -> None:
+        """Make (or remove) the marker saying that ``pid`` runs work on this GPU, never through a link."""
+        if running:
+            folder_fd = self._held_procs.fd(create=True)
+            os.close(open_state_file(folder_fd, str(pid), os.O_WRONLY | os.O_CREAT, shown=self._procs / str(pid)))
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(pid), dir_fd=self._held_procs.fd())
+
+    def process_ids(self) -> list[int]:
+        """The pids with a marker (alive or not: the caller asks)."""
+        try:
+            names = os.listdir(self._held_procs.fd())
+        except FileNotFoundError:
+            return []
+        return [int(name) for name in names if name.isdigit()]
 
     def _parse(self, text: str) -> GpuState:
         try:
