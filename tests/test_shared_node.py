@@ -31,7 +31,7 @@ import pytest
 
 from pytest_gpuenergy.cli.main import main as gpuenergy_main
 from pytest_gpuenergy.errors import GpuBusyError, UnsafeStateFile
-from pytest_gpuenergy.fileio import atomic_write_json, state_folder, user_state_dir
+from pytest_gpuenergy.fileio import atomic_write_json, atomic_write_text, state_folder, user_state_dir
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import JournalEntry
 from pytest_gpuenergy.gpu.locks import holding, lock_paths
@@ -508,3 +508,31 @@ def test_a_link_of_another_user_on_the_way_is_refused_even_in_a_folder_of_ours(s
     code, out, err = gpuenergy("info", "--gpu-backend=sim")
     assert code == 2 and f"{link} is a symbolic link of another user (uid {NOBODY})" in err, (out, err)
     assert not (shared / "real" / "state").exists()
+
+
+@as_root_only
+def test_sudo_pytest_may_save_into_the_callers_checkout_but_not_another_users(shared, monkeypatch):
+    """Run documents and reports: the user who ran sudo owns the checkout; anyone else's folder is refused."""
+    checkout = shared / "checkout-of-the-caller"
+    checkout.mkdir()
+    os.chown(checkout, NOBODY, NOBODY)
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    atomic_write_text(checkout / "report.md", "# report\n")
+    assert (checkout / "report.md").read_text() == "# report\n"
+    monkeypatch.delenv("SUDO_UID")
+    with pytest.raises(OSError, match=rf"{checkout} belongs to another user \(uid {NOBODY}; you are uid 0\)"):
+        atomic_write_text(checkout / "report.md", "# changed\n")
+    assert (checkout / "report.md").read_text() == "# report\n"
+
+
+@as_root_only
+def test_group_write_is_someone_elses_unless_the_group_is_the_owners_own(shared):
+    private, team = shared / "umask-002", shared / "team-group"
+    for folder, gid in ((private, os.getegid()), (team, NOBODY)):      # root's own group; nogroup, anyone's
+        folder.mkdir()
+        os.chown(folder, 0, gid)
+        folder.chmod(0o775)
+    assert state_folder(private / "journal").is_dir()
+    with pytest.raises(UnsafeStateFile, match=rf"^{team} is writable by the group \S+: .*\(chmod g-w {team}\)"):
+        state_folder(team / "journal")
+    atomic_write_text(team / "report.md", "# a team's shared storage\n")     # user files: the group may share it

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsafeStateFile
 from ..fileio import atomic_write_json
 from ..meter.results import EnergyResult
 from . import DEFAULT_STORAGE, LATEST, PASSED
@@ -108,7 +108,9 @@ class RunStore:
              update: Callable[[dict[str, Any]], None] | None = None) -> Path:
         """Write ``doc`` atomically; an existing file is kept unless ``overwrite`` is asked for.
         ``update`` may change the document's JSON first (the teams' hook); the result must still be a
-        valid document, or nothing is written."""
+        valid document, or nothing is written. The folders on the way are checked and written in one
+        step, through the descriptor of the last one (``fileio.atomic_write_text``): a folder another
+        user could change, or a link swapped in after ``path_for`` looked, is refused, not followed."""
         path = self.path_for(doc)
         data = doc.to_json()
         if update is not None:
@@ -124,6 +126,8 @@ class RunStore:
                 f"{path} already exists: run {doc.run_id} was saved before; nothing was overwritten "
                 f"(run ids are unique, so save a new run instead of this one)"
             ) from None
+        except UnsafeStateFile as exc:
+            raise StorageError(f"cannot save run {doc.run_id}: {exc}") from None
         except OSError as exc:
             raise StorageError(
                 f"cannot write {path}: {exc.strerror or exc}; check that {self.folder} is a writable folder"
