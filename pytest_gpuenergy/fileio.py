@@ -274,13 +274,14 @@ def describe_process(pid: int) -> str:
 
 
 def wait_for_lock(fd: int, timeout_s: float, *, on_timeout: Callable[[str], BaseException],
-                  waiting_note: Callable[[str], str] | None = None, say_after_s: float = SAY_AFTER_S) -> None:
+                  waiting_note: Callable[[str], str] | None = None, say_after_s: float | None = None) -> None:
     """Take the exclusive ``flock`` on ``fd`` within ``timeout_s``, else raise ``on_timeout(holder)``.
 
     Never a blocking ``flock``: short sleeps, so that a signal (SIGTERM, Ctrl-C) acts at once, and a
     second signal during a restore ends the wait (``signals.check_abandoned``). A wait longer than
-    ``say_after_s`` is said (``waiting_note(holder)``).
+    ``say_after_s`` (default ``SAY_AFTER_S``) is said (``waiting_note(holder)``).
     """
+    say_after_s = SAY_AFTER_S if say_after_s is None else say_after_s
     started = time.monotonic()
     deadline, pause_s, said = started + timeout_s, 0.001, False
     while True:

@@ -304,10 +304,11 @@ def test_a_second_signal_ends_a_stuck_restore_saying_what_is_left_and_the_fix(sh
     capped_by_a_killed_run(state, applied_w=250)
     holder = hold_lock(state / "gpus" / f"{UUID}.lock")          # the restore cannot set the limit
     try:
-        restore = gpuenergy_process("restore", "--gpu-backend=sim")
+        restore = gpuenergy_process("restore", "--gpu-backend=sim",
+                                    prelude="import pytest_gpuenergy.fileio as f; f.SAY_AFTER_S = 0.2")
         assert restore.stderr is not None
         said = Lines(restore.stderr)
-        said.wait_for("waiting for the lock", timeout_s=8)   # said after 2 s of waiting; on after 8 s regardless
+        said.wait_for("waiting for the lock", timeout_s=8)   # said once it waits; on after 8 s regardless
         restore.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         restore.send_signal(signal.SIGTERM)
