@@ -299,6 +299,8 @@ def test_a_bad_ini_price_names_the_setting(tmp_path):
     data = history_json("s")
     assert data["energy"]["price_per_kwh"] == 0.25 and data["energy"]["co2e_g"] is None
     assert history_json("s", "--price-per-kwh", "0.5")["energy"]["price_per_kwh"] == 0.5
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest]\nenergy_carbon_g_per_kwh = 300\n")   # pytest 9's own table
+    assert history_json("s")["energy"]["carbon_g_per_kwh"] == 300
 
 
 def test_runs_without_commits_are_ordered_by_run_time_and_still_analysed(tmp_path):

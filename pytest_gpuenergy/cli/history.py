@@ -216,9 +216,10 @@ def _ini_section(path: Path) -> dict[str, str] | None:
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-            section = data.get("pytest") if path.name.endswith("pytest.toml") else \
-                data.get("tool", {}).get("pytest", {}).get("ini_options")
-            return None if section is None else {str(k): str(v) for k, v in section.items()}
+            section = data.get("pytest") if path.name.endswith("pytest.toml") else data.get("tool", {}).get("pytest")
+            if isinstance(section, dict) and isinstance(section.get("ini_options"), dict):
+                section = section["ini_options"]          # [tool.pytest.ini_options]; else pytest 9's [tool.pytest]
+            return None if not isinstance(section, dict) else {str(k): str(v) for k, v in section.items()}
         parser = configparser.ConfigParser(interpolation=None)
         parser.read_string(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error) as exc:
