@@ -170,7 +170,7 @@ class _Walk:
         made = False
         for _ in range(3):      # a folder made or removed by someone else meanwhile: look again
             try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+                fd = _open_dir(name, parent)
             except FileNotFoundError:
                 if create_mode is None:
                     raise FileNotFoundError(errno.ENOENT, "No such file or directory", shown) from None
@@ -199,6 +199,17 @@ class _Walk:
         if self.links > _MAX_LINKS:
             raise OSError(errno.ELOOP, "Too many levels of symbolic links", shown)
         return os.readlink(name, dir_fd=self.fds[-1])
+
+
+def _open_dir(name: str, parent: int) -> int:
+    """Open the folder ``name`` in ``parent``, never through a link. A folder we may pass but not list
+    (``/home`` at 0711) is opened ``O_PATH`` where Linux has it: enough to check it and go on."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        if not hasattr(os, "O_PATH"):
+            raise
+        return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
 
 
 def _parts(path: str) -> list[str]:

@@ -8,6 +8,7 @@ second user (a folder every user can write is anyone's), and the test runs as wh
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import io
@@ -64,6 +65,7 @@ def as_nobody(action: Callable[[], object]) -> str:
     """Run ``action`` as the user ``nobody`` (the machine's second user) in a forked child; what it
     returns, or the error it raised, as text. (Forked, not started: the interpreter may live in a
     folder only root can read.)"""
+    codecs.lookup("ascii")      # loaded here: the child may not read the interpreter's folder
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:        # pragma: no cover (the child)
@@ -537,3 +539,20 @@ def test_group_write_is_someone_elses_unless_the_group_is_the_owners_own(shared)
     with pytest.raises(UnsafeStateFile, match=rf"^{team} is writable by the group \S+: .*\(chmod g-w {team}\)"):
         state_folder(team / "journal")
     atomic_write_text(team / "report.md", "# a team's shared storage\n")     # user files: the group may share it
+
+
+@as_root_only
+def test_a_user_whose_home_lies_in_a_folder_they_may_pass_but_not_list_keeps_state_there(shared):
+    homes = shared / "home"
+    homes.mkdir(mode=0o711)
+    homes.chmod(0o711)                                    # /home at 0711, as hardened systems set it
+    alice = homes / "alice"
+    alice.mkdir(mode=0o700)
+    os.chown(alice, NOBODY, NOBODY)
+
+    def keep_state() -> str:
+        journal = state_folder(alice / ".local" / "state" / "pytest-gpuenergy" / "journal")
+        atomic_write_text(journal / "note.txt", "kept\n")
+        return (journal / "note.txt").read_text()
+
+    assert as_nobody(keep_state) == "kept\n"
