@@ -347,3 +347,17 @@ def test_many_runs_are_read_by_several_processes_with_the_same_result(tmp_path, 
     serial = history_json("s")
     monkeypatch.setattr(series, "PARALLEL_FROM", 2)
     assert history_json("s") == serial and len(serial["skipped"]) == 1 and len(serial["change_points"]) == 2
+
+
+def test_the_run_reports_say_the_runs_energy_in_kwh():
+    from pytest_gpuenergy.reports.html import html_report
+    from pytest_gpuenergy.reports.json_report import report_data
+    from pytest_gpuenergy.reports.markdown import markdown_report
+    from pytest_gpuenergy.reports.numbers import si
+
+    doc = make_doc(seed=1, caps_w=(300.0, 700.0), n=3)
+    used_j = sum(rep.ets_j * rep.calls for case in doc.cases for rep in case.repetitions)
+    (run,) = report_data([doc])["runs"]
+    assert run["energy_j"] == pytest.approx(used_j) and run["energy_kwh"] == pytest.approx(used_j / 3.6e6)
+    line = f"GPU energy in the measured regions (simulated): {si(used_j, 'J')} ({used_j / 3.6e6:.3g} kWh)"
+    assert line in markdown_report([doc]) and line in html_report([doc])

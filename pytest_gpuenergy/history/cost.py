@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import SettingError
-
-JOULES_PER_KWH = 3.6e6
+from ..reports.numbers import JOULES_PER_KWH, kwh_text
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,6 @@ class Tariff:
 
 def kwh(energy_j: float) -> float:
     return energy_j / JOULES_PER_KWH
-
-
-def kwh_text(energy_j: float) -> str:
-    return f"{kwh(energy_j):.3g} kWh"
 
 
 def carbon_text(grams: float) -> str:

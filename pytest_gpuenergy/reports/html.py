@@ -33,7 +33,7 @@ from .digest import (
     skipped_groups,
     title_text,
 )
-from .numbers import cap_sort_key, short_names
+from .numbers import cap_sort_key, run_energy_text, short_names
 from .plots import heatmap_svg, legend_svg, pareto_svg, sweep_svg
 from .sweep import OPTIMISED, Sweep, sweeps, workload_key
 
@@ -260,6 +260,7 @@ def run_section(doc: RunDocument, baseline: RunDocument | None = None,
              for s in found]
     parts.append('<div class="grid">' + "".join(cards) + "</div>")
     parts.append(_details(f"All results ({len(doc.cases)} cases)", _results_table(doc)))
+    parts.append(f'<p class="note">{escape(run_energy_text(doc))}.</p>')
     if doc.simulated:
         parts.append(f"<p class=\"note\">{escape(SIM_FOOTNOTE)}</p>")
     return "".join(parts) + "</section>"

@@ -22,6 +22,7 @@ from typing import Any
 from ..gate.records import WELCH, CaseComparison, Comparison, MetricChange, RunInfo
 from ..runs.records import RunDocument
 from .digest import digest, skipped_caps
+from .numbers import JOULES_PER_KWH, run_energy_j
 from .sweep import OPTIMISED, optimum_data, sweeps, workload_key
 
 REPORT_FORMAT = "pytest-gpuenergy-report"
@@ -75,6 +76,7 @@ def run_data(doc: RunDocument) -> dict[str, Any]:
         "run_id": doc.run_id, "created_at": doc.created_at.isoformat(), "backend": doc.backend,
         "simulated": doc.simulated, "gpu_model": doc.gpu_model, "commit": doc.commit,
         "cases": cases, "optima": optima, "suspects": suspects,
+        "energy_j": run_energy_j(doc), "energy_kwh": run_energy_j(doc) / JOULES_PER_KWH,   # the measured regions
         "skipped": [vars(item) for item in skipped_caps(doc)],
     }
 

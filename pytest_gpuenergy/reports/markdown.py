@@ -29,7 +29,7 @@ from .digest import (
     skipped_groups,
     title_text,
 )
-from .numbers import short_names
+from .numbers import run_energy_text, short_names
 from .sweep import OPTIMISED, sweeps
 
 SIM_WARNING = "> **Simulated**: these figures come from the GPU simulator, not from a real GPU."
@@ -131,7 +131,7 @@ def run_markdown(doc: RunDocument, *, folded: bool = False) -> list[str]:
     optima = optima_lines(doc)
     if optima:
         body += ["Optimal caps (by mean, against the default limit):", ""] + optima + [""]
-    body += ["Results (ETS, T and EDP per call):", ""] + results_table(doc)
+    body += ["Results (ETS, T and EDP per call):", ""] + results_table(doc) + ["", f"{_text(run_energy_text(doc))}."]
     if folded:
         return _details(f"Results of run {_text(doc.run_id)}: {label}, {len(doc.cases)} cases", body)
     return [f"### Results: {label}", ""] + body + [""]

@@ -16,6 +16,10 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..runs.records import RunDocument
 
 _PREFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"))
 _SHARED_SPAN_DECADES = 3.0
@@ -47,6 +51,26 @@ def scale_for(value: float, unit: str) -> Scale:
             return Scale(factor, prefix + unit)
     factor, prefix = _PREFIXES[-1]
     return Scale(factor, prefix + unit)
+
+
+JOULES_PER_KWH = 3.6e6
+
+
+def kwh_text(joules: float) -> str:
+    """Energy as a bill shows it: ``0.00342 kWh`` (three significant digits)."""
+    return f"{joules / JOULES_PER_KWH:.3g} kWh"
+
+
+def run_energy_j(doc: RunDocument) -> float:
+    """The GPU energy a run used in its measured regions: every call of every repetition of every case."""
+    return math.fsum(rep.ets_j * rep.calls for entry in doc.cases for rep in entry.repetitions)
+
+
+def run_energy_text(doc: RunDocument) -> str:
+    """``GPU energy in the measured regions: 12.3 kJ (0.00342 kWh)``, said to be simulated where it is."""
+    energy = run_energy_j(doc)
+    return (f"GPU energy in the measured regions{' (simulated)' if doc.simulated else ''}: {si(energy, 'J')} "
+            f"({kwh_text(energy)})")
 
 
 def si(value: float | None, unit: str) -> str:

@@ -30,7 +30,7 @@ from .digest import (
     skipped_groups,
     title_text,
 )
-from .numbers import cap_sort_key, elide, short_names, si
+from .numbers import cap_sort_key, elide, kwh_text, short_names, si
 from .sweep import workload_key
 
 DEFAULT_WIDTH = 80
@@ -328,7 +328,7 @@ def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int,
     lines = []
     mark = SIM_MARK if any(r.simulated for *_, r in used) or (total is not None and total.simulated) else ""
     if total is not None:
-        lines += wrap(f"GPU energy over the session: {si(total.ets_j, 'J')} ({_kwh(total.ets_j)}; "
+        lines += wrap(f"GPU energy over the session: {si(total.ets_j, 'J')} ({kwh_text(total.ets_j)}; "
                       f"{si(total.low_j, 'J')}-{si(total.high_j, 'J')}) on {total.gpus} GPU{'s' if total.gpus != 1 else ''} "
                       f"in {total.time_s:.1f} s{mark}; {si(measured_j, 'J')} "
                       f"({_share(measured_j, total.ets_j)}) in the measured regions of {len(used)} cases, the rest "
@@ -351,7 +351,3 @@ def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int,
 
 def _share(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f} %" if whole > 0 else "-"
-
-
-def _kwh(joules: float) -> str:
-    return f"{joules / 3.6e6:.3g} kWh"
