@@ -361,3 +361,16 @@ def test_the_run_reports_say_the_runs_energy_in_kwh():
     assert run["energy_j"] == pytest.approx(used_j) and run["energy_kwh"] == pytest.approx(used_j / 3.6e6)
     line = f"GPU energy in the measured regions (simulated): {si(used_j, 'J')} ({used_j / 3.6e6:.3g} kWh)"
     assert line in markdown_report([doc]) and line in html_report([doc])
+
+
+def test_a_slow_drift_over_the_commits_is_a_trend_in_every_report(tmp_path):
+    store = RunStore(tmp_path / "s")
+    for i in range(12):
+        store.save(make_doc(seed=i, minutes=10 * i, commit={"id": COMMIT.format(i), "branch": "main", "dirty": False},
+                            scale={"alexnet-train": 1.02 ** i}, caps_w=(300.0,), noise=0.005))
+    data = history_json("s", "--markdown", "h.md")
+    (trend,) = data["trends"]
+    assert data["change_points"] == [] and "alexnet-train" in trend["test"]
+    assert (trend["from_commit"], trend["to_commit"], trend["commits"]) == (COMMIT.format(0), COMMIT.format(11), 12)
+    assert 18 < trend["total_pct"] < 27 and 1.5 < trend["per_commit_pct"] < 2.5
+    assert "### Trends" in Path("h.md").read_text() and "0 change points, 1 trend" in cli_in_process("history", "s").stdout

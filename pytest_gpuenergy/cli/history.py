@@ -160,12 +160,13 @@ def cmd_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
     report = analyse(history, settings, tariff)
     writes = [(args.markdown, lambda: markdown_report(report)), (args.json, lambda: json_report(report)),
               (args.html, lambda: _html(report))]
-    if "-" not in (args.markdown, args.json, args.html):      # a report on stdout is the whole output
+    on_stdout = "-" in (args.markdown, args.json, args.html)
+    if not on_stdout:                  # a report on stdout is the whole output: the rest goes to stderr
         for line in terminal_lines(report):
             print(line, file=out)
     for target, make in writes:
         if target:
-            status = _write(target, make(), out)
+            status = _write(target, make(), out, sys.stderr if on_stdout else out)
             if status:
                 return status
     return EXIT_OK
@@ -177,7 +178,8 @@ def _html(report: Any) -> str:
     return html_report(report)
 
 
-def _write(target: str, text: str, out: TextIO) -> int:
+def _write(target: str, text: str, out: TextIO, told: TextIO) -> int:
+    """``text`` to ``target`` (``-``: ``out``), saying so on ``told``."""
     if target == "-":
         out.write(text)
         return EXIT_OK
@@ -185,7 +187,7 @@ def _write(target: str, text: str, out: TextIO) -> int:
         atomic_write_text(Path(target), text)
     except OSError as exc:
         return _error(f"cannot write {target}: {exc.strerror or exc}; check the folder exists and is writable")
-    print(f"wrote {target}", file=out)
+    print(f"wrote {target}", file=told)
     return EXIT_OK
 
 
