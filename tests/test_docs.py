@@ -91,11 +91,11 @@ def test_every_error_class_is_documented_with_what_to_do(site):
 
     errors = page_text(site, "reference/errors")
     what_to_do = errors.split("Every error and every message")[0]
-    bases = class_bases()
-    for name in sorted(error_class_names()):
+    bases, names = class_bases(), error_class_names()
+    for name in sorted(names):
         assert name in errors, f"{name} is not in the errors page"
         if name != GpuEnergyError.__name__:       # its own row, or a row of the error it specialises
-            lineage = [name, *(base for base in bases.get(name, []) if base in error_class_names() - {"GpuEnergyError"})]
+            lineage = [name, *(base for base in bases.get(name, []) if base in names - {"GpuEnergyError"})]
             assert any(cls in what_to_do for cls in lineage), f"{name} has no row in the errors page's 'What to do' table"
 
 
