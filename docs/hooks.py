@@ -64,6 +64,10 @@ def options_markdown() -> str:
         ini = flag[2:].replace("-", "_")
         ini_cell = f"`{ini}`" if ini in inis else "(none)"
         rows.append(f"| <span id=\"{flag[2:]}\"></span>`{usage}` | {ini_cell} | {_cell(attrs.get('help', '').replace('%%', '%'))} |")
+    flags = {option.names()[0][2:].replace("-", "_") for option in options}
+    for ini, (text, *_) in sorted(inis.items()):          # settings that are ini keys only
+        if ini not in flags and ini.startswith(("gpu_", "energy_")):
+            rows.append(f"| (ini only) | <span id=\"{ini}\"></span>`{ini}` | {_cell(text)} |")
     return "\n".join(rows)
 
 

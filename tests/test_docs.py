@@ -69,6 +69,9 @@ def test_every_option_pytest_lists_is_in_the_generated_options_page(site):
     for flag in listed:                                       # and with its ini key, as the page promises
         ini = flag[2:].replace("-", "_")
         assert re.search(rf"{re.escape(flag)}\S*\s+{ini}\b", options), (flag, ini)
+    ini_keys = set(re.findall(r"^  ((?:gpu|energy)_[a-z_]+) \(", done.stdout, re.MULTILINE))     # the [pytest] ini-options
+    assert {flag[2:].replace("-", "_") for flag in listed} <= ini_keys
+    assert not sorted(key for key in ini_keys if key not in options), "ini keys the site does not list"
 
 
 @pytest.mark.slow
