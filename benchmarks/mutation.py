@@ -84,6 +84,10 @@ STATUS_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 3
                        36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
 
 
+class ModuleNotRun(Exception):
+    """mutmut gave no verdict for a module (its tests fail without a mutant): said, and not saved."""
+
+
 @dataclass(frozen=True)
 class Survivor:
     function: str
@@ -109,7 +113,11 @@ def main() -> int:
     equivalents = load_equivalents()
     for module in modules:
         started = time.monotonic()
-        statuses, survivors = run_module(module, args.jobs)
+        try:
+            statuses, survivors = run_module(module, args.jobs)
+        except ModuleNotRun as exc:
+            print(f"{module}: NOT RUN. {exc}", flush=True)
+            continue
         entry = summarise(module, statuses, survivors, equivalents, time.monotonic() - started)
         print(f"{module}: {entry['mutants']} mutants, {entry['killed']} killed, {entry['survived']} survived "
               f"({entry['equivalent']} equivalent), {entry['killed_share']:.1%} killed, "
@@ -117,7 +125,8 @@ def main() -> int:
         for survivor in entry["survivors"]:
             tag = "equivalent" if survivor["equivalent"] else "GAP"
             print(f"    {tag}: {survivor['function']} line {survivor['line']}: {survivor['before']}  ->  {survivor['after']}")
-        results = save(module, entry)
+        save(module, entry)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"modules": {}}
     short = [m for m, e in results["modules"].items() if e["killed_share"] < GOAL]
     print(f"modules under {GOAL:.0%} killed: {', '.join(short) or 'none'}")
     return 0
@@ -159,6 +168,9 @@ def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Surviv
                          f"{done.stderr[-3000:]}")
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     statuses = {name: STATUS_BY_EXIT_CODE.get(code, "suspicious") for name, code in codes.items()}
+    if statuses and not any(status in ("killed", "survived", "timeout") for status in statuses.values()):
+        # mutmut ran no mutant: the module's tests failed on the unchanged code (it says so first)
+        raise ModuleNotRun(f"mutmut tested no mutant of {module}: {done.stdout.strip()[-1500:]}")
     source = (ROOT / module).read_text().splitlines()
     survivors = {name: describe(work, name, source, env) for name, status in statuses.items() if status == "survived"}
     return statuses, survivors

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+# Imported before any in-process pytester run, whatever tests are selected: a pytester run forgets the
+# modules it imported, and the simulator's work registry first imported inside one would stay bound to
+# the package while tests import a fresh copy (declare_work in tests/test_shards.py then reaches a stale
+# registry when run after tests/test_damaged_inputs.py, as benchmarks/mutation.py selects them).
+import pytest_gpuenergy.sim.work  # noqa: F401
 from pytest_gpuenergy.gpu.device import Backend, open_backend
 
 from helpers import CHILD_PYTEST_ADDOPTS

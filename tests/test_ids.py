@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-# Imported at collection, before any in-process pytester run: a pytester run forgets the modules it
-# imported, and one imported in such a run stays bound to the package (tests/test_shards.py's
-# declare_work then reaches a stale simulator registry when run after tests/test_damaged_inputs.py).
-import pytest_gpuenergy.sim.work  # noqa: F401
 from pytest_gpuenergy.runs import ids  # not its test_key by name: pytest would collect it
 from pytest_gpuenergy.runs.ids import node_id_of, split_region
 

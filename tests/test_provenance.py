@@ -20,7 +20,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import pytest_gpuenergy.sim.work  # noqa: F401  # before any pytester run: see tests/test_ids.py
 from pytest_gpuenergy.runs import provenance
 from pytest_gpuenergy.runs.provenance import collect_commit_info, collect_machine_info
 
