@@ -556,3 +556,49 @@ def test_a_user_whose_home_lies_in_a_folder_they_may_pass_but_not_list_keeps_sta
         return (journal / "note.txt").read_text()
 
     assert as_nobody(keep_state) == "kept\n"
+
+
+STUCK_TEARDOWN = """
+import os, subprocess, sys
+
+def test_capped(gpu_power_cap):
+    # Another process of ours takes the simulated GPU's own lock: the restore after this test waits on it.
+    lock = os.path.join(os.environ["GPUENERGY_SIM_STATE"], "gpus", gpu_power_cap.gpus[0].gpu_uuid + ".lock")
+    code = "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDWR), fcntl.LOCK_EX); print(1, flush=True); time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", code, lock], stdout=subprocess.PIPE)
+    holder.stdout.readline()
+    with open("holder.pid", "w") as out:
+        out.write(str(holder.pid))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_signal_ends_a_session_whose_restore_is_stuck_naming_the_gpu_and_gpuenergy_restore(pytester, shared):
+    """In a test session the fix named is `gpuenergy restore`; the end of the session waits on no lock again."""
+    state = shared / "state"
+    pytester.makepyfile(test_stuck=STUCK_TEARDOWN)
+    pytester.makeconftest("import pytest_gpuenergy.fileio as f\nf.SAY_AFTER_S = 0.2\n")
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-caps=300", "test_stuck.py"],
+                               cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert session.stdout is not None
+    said = Lines(session.stdout)
+    holder_pid = 0
+    try:
+        assert said.wait_for("waiting for the lock", timeout_s=60), said.all()
+        holder_pid = int((pytester.path / "holder.pid").read_text())
+        session.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        session.send_signal(signal.SIGTERM)
+        session.wait(timeout=20)
+    finally:
+        session.kill()
+        if holder_pid:
+            os.kill(holder_pid, signal.SIGKILL)
+    output = said.all()
+    assert session.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "SIGTERM received again while restoring the power limit of GPU 0" in output
+    assert "left changed: GPU 0 (NVIDIA H100 80GB HBM3 (simulated), " in output and "at 300 W, its limit before 700 W; " \
+           "to put it back: gpuenergy restore" in output
+    assert limit_on_disk_w(state) == 300.0
+    assert gpuenergy("restore", "--gpu-backend=sim")[0] == 0 and limit_on_disk_w(state) == 700.0

@@ -43,7 +43,7 @@ from ..runs.validation import parse_json, shown
 from .device import Backend, Gpu
 from .locks import GpuLockBusy, holding, lock_paths
 from .processes import is_alive, process_start
-from .signals import note_back, note_left, signals_held
+from .signals import RestoreAbandoned, gave_up, note_back, note_left, signals_held
 
 _FORMAT = "gpuenergy-limit-journal"
 _MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage
@@ -195,6 +195,10 @@ class Journal:
                 outcomes.append(RepairOutcome(candidate, "gpu-missing",
                                               f"{candidate.describe()}: this GPU is not present; entry kept"))
                 continue
+            if gave_up():
+                outcomes.append(RepairOutcome(candidate, "stopped", f"{candidate.describe()}: not restored, this "
+                                              f"process stops after a second signal"))
+                continue
             outcome = self._repair_holding_lock(gpu, candidate, include_live_owners, in_restore_command)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -220,6 +224,10 @@ class Journal:
                     return self._repair_one(gpu, entry)
             except LockWaitTimeout as stuck:
                 return RepairOutcome(entry, "stopped", f"{entry.describe()}: {stuck}")
+            except RestoreAbandoned:
+                if in_restore_command:
+                    raise           # the command stops: what is left was said
+                return RepairOutcome(entry, "stopped", f"{entry.describe()}: not restored, stopped by a second signal")
         return None
 
     @contextlib.contextmanager

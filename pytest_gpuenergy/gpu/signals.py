@@ -46,6 +46,7 @@ _postponing = 0                 # depth of delivered_at_end blocks
 _postponed: list[int] = []
 _restoring: list[str] = []      # what the signals_held blocks in progress do, outermost first
 _again: list[str] = []          # a second signal's name, received inside them
+_gave_up: list[str] = []        # a restore stopped after a second signal: later ones wait for nothing
 _left: dict[str, str] = {}      # what a stopped restore would leave changed, and its fix
 
 
@@ -55,9 +56,12 @@ class RestoreAbandoned(KeyboardInterrupt):
 
 
 def set_stopping(stopping: bool) -> None:
-    """Whether the process is already stopping after an interrupt (a held signal is then dropped)."""
+    """Whether the process is already stopping after an interrupt (a held signal is then dropped).
+    The end of a stop (``False``) also forgets a restore given up (``gave_up``)."""
     global _stopping
     _stopping = stopping
+    if not stopping:
+        _gave_up.clear()
 
 
 def is_stopping() -> bool:
@@ -116,12 +120,23 @@ def signals_held(doing: str) -> Iterator[None]:
 
 
 def check_abandoned() -> None:
-    """Raise ``RestoreAbandoned`` where a second signal came during a restore (every wait calls this)."""
-    if _again and _restoring:
-        text = (f"gpuenergy: {_again[0]} received again while {_restoring[-1]}: stopped where it waited, "
-                f"without finishing{left_behind() or '; nothing was left changed'}")
-        _announce(text)
-        raise RestoreAbandoned(text)
+    """Raise ``RestoreAbandoned`` where a second signal came during a restore (every wait calls this).
+
+    Once one restore stopped so, every later wait of a restore in this process stops at once: the
+    user asked twice to stop, and the end of the session must not wait on the same lock again."""
+    if not _restoring or not (_again or _gave_up):
+        return
+    why = f"{_again[0]} received again" if _again else f"stopping after {_gave_up[0]}"
+    text = (f"gpuenergy: {why} while {_restoring[-1]}: stopped where it waited, "
+            f"without finishing{left_behind() or '; nothing was left changed'}")
+    _gave_up.append(_again[0] if _again else _gave_up[0])
+    _announce(text)
+    raise RestoreAbandoned(text)
+
+
+def gave_up() -> bool:
+    """Whether a restore of this process stopped after a second signal (a repair then tries no more)."""
+    return bool(_gave_up)
 
 
 def note_left(key: str, text: str) -> None:
