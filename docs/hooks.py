@@ -25,7 +25,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gpuenergy"
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Put the generated tables where a reference page asks for them."""
     writers = {"reference/options.md": options_markdown, "reference/cli.md": cli_markdown,
-               "reference/errors.md": errors_markdown, "reference/markers.md": markers_markdown}
+               "reference/errors.md": errors_markdown, "reference/markers.md": markers_markdown,
+               "reference/environment.md": faults_markdown}
     writer = writers.get(page.file.src_uri)
     if writer is None or GENERATED not in markdown:
         return markdown
@@ -115,6 +116,27 @@ def markers_markdown() -> str:
         signature, _, text = marker.partition(": ")
         rows.append(f"| `@pytest.mark.{_cell(signature)}` | {_cell(text)} |")
     return "\n".join(rows)
+
+
+# -- simulated faults ----------------------------------------------------------------------------------
+
+def faults_markdown() -> str:
+    """The simulator's faults (``GPUENERGY_SIM_FAULTS``), from the table in ``sim/faults.py``'s docstring."""
+    from pytest_gpuenergy.sim import faults
+
+    rows: dict[str, str] = {}
+    name = None
+    for line in (faults.__doc__ or "").splitlines():
+        if line.startswith("``") and "``  " in line:
+            name, _, text = line[2:].partition("``")
+            rows[name] = text.strip()
+        elif name and line.startswith(" " * 10) and line.strip():
+            rows[name] += " " + line.strip()
+        elif not line.strip() or line.startswith("="):
+            name = None if not line.startswith("=") else name
+    lines = ["| fault | what the simulated GPU does |", "|---|---|"]
+    lines += [f"| `{fault}` | {_cell(rows.get(fault, '').replace('``', '`'))} |" for fault in faults.FAULT_NAMES]
+    return "\n".join(lines)
 
 
 # -- errors ----------------------------------------------------------------------------------------------

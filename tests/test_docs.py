@@ -187,6 +187,20 @@ def test_the_tutorial_works_as_written_on_a_fresh_project(tmp_path):
     assert len(runs) == 4                                                 # the budgets run and the three baseline runs
 
 
+@pytest.mark.slow
+def test_every_environment_variable_and_simulated_fault_is_documented(site):
+    from pytest_gpuenergy.sim.faults import FAULT_NAMES
+
+    page = page_text(site, "reference/environment")
+    used = set()
+    for path in (ROOT / "pytest_gpuenergy").rglob("*.py"):
+        used |= set(re.findall(r"[\"'](GPUENERGY_[A-Z_]+)[\"']", path.read_text()))
+    assert {"GPUENERGY_BACKEND", "GPUENERGY_SIM_STATE", "GPUENERGY_SIM_FAULTS"} <= used
+    assert not sorted(name for name in used if name not in page), "environment variables the site does not list"
+    faults = page.split("Simulated faults")[-1]
+    assert not [name for name in FAULT_NAMES if f"{name}" not in faults]
+
+
 def test_the_ci_configurations_in_the_how_tos_parse_and_use_real_options():
     yaml = pytest.importorskip("yaml")
     options = set(re.findall(r"^\s+(--(?:gpu|energy)-[a-z-]+)", subprocess.run(
