@@ -34,7 +34,9 @@ def test_a_second_session_takes_the_free_gpus_and_says_who_holds_the_others(back
         assert [g.index for g in second.taken] == [2, 3]
         assert [g.index for g in second.order] == [2, 3, 0, 1]          # its own first, then the busy ones
         assert set(second.busy) == {pool[0].uuid, pool[1].uuid}
-        assert second.describe().startswith("took GPU(s) 2, 3, free ones first (claimed by another session: GPU 0 by ")
+        assert all(holder.startswith(f"pid {os.getpid()}") for holder in second.busy.values())   # the kernel's word
+        assert second.describe().startswith("took GPU(s) 2, 3, free ones first (claimed by another session: "
+                                            f"GPU 0 by pid {os.getpid()}")
     finally:
         first.release()
         second.release()
@@ -110,7 +112,7 @@ def test_two_sessions_with_two_workers_each_spread_over_a_four_gpu_node(pytester
     assert first.returncode == 0, first_out
     assert second.returncode == 0, second_out
     assert "this session took GPU(s) 0, 1" in first_out
-    assert "this session took GPU(s) 2, 3, free ones first (claimed by another session: GPU 0 by " in second_out
+    assert "this session took GPU(s) 2, 3, free ones first (claimed by another session: GPU 0 by pid" in second_out
 
     def gpus_used(name: str) -> set[int]:
         report = json.loads((pytester.path / f"{name}.json").read_text())

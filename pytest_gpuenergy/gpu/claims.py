@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..fileio import file_lock, open_lock_file
+from ..fileio import file_lock, lock_holder, open_lock_file
 
 if TYPE_CHECKING:
     from .device import Gpu
 
 CLAIMS_MUTEX = "claims.lock"
+CHOOSE_TIMEOUT_S = 60.0         # choosing takes milliseconds; a minute means a holder that is stuck
 
 
 @dataclass
@@ -58,8 +59,8 @@ class Claim:
 def claim_gpus(folder: Path, pool: Sequence[Gpu], count: int) -> Claim:
     """Claim ``count`` GPUs of ``pool`` (at least one, at most all) for this session, free ones first."""
     wanted = max(1, min(count, len(pool)))
-    with file_lock(folder / CLAIMS_MUTEX):
-        fds = {g.uuid: open_lock_file(folder / f"{g.uuid}.claim") for g in pool}
+    with file_lock(folder, CLAIMS_MUTEX, timeout_s=CHOOSE_TIMEOUT_S) as dir_fd:
+        fds = {g.uuid: open_lock_file(dir_fd, f"{g.uuid}.claim", shown=folder / f"{g.uuid}.claim") for g in pool}
         busy = {g.uuid: holder for g in pool if (holder := _claimed_by(fds[g.uuid])) is not None}
         order = [g for g in pool if g.uuid not in busy] + [g for g in pool if g.uuid in busy]
         taken = order[:wanted]
@@ -75,7 +76,7 @@ def _claimed_by(fd: int) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return "another session"
+        return lock_holder(fd)
     fcntl.flock(fd, fcntl.LOCK_UN)
     return None
 
