@@ -26,7 +26,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Put the generated tables where a reference page asks for them."""
     writers = {"reference/options.md": options_markdown, "reference/cli.md": cli_markdown,
                "reference/errors.md": errors_markdown, "reference/markers.md": markers_markdown,
-               "reference/environment.md": faults_markdown}
+               "reference/environment.md": faults_markdown, "reference/fixtures.md": results_markdown}
     writer = writers.get(page.file.src_uri)
     if writer is None or GENERATED not in markdown:
         return markdown
@@ -116,6 +116,61 @@ def markers_markdown() -> str:
         signature, _, text = marker.partition(": ")
         rows.append(f"| `@pytest.mark.{_cell(signature)}` | {_cell(text)} |")
     return "\n".join(rows)
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+# What the figures every result carries mean, where the code has no comment beside them.
+KNOWN = {
+    "ets_j": "energy to solution, J (with several GPUs or ranks: their total)",
+    "time_s": "the region's duration T, s (with several GPUs: the longest)", "edp_js": "energy-delay product ETS x T, J s",
+    "mean_power_w": "mean power over the region, W", "peak_power_w": "highest power seen in the region, W",
+    "n": "repetitions", "ets_std_j": "standard deviation of ETS over the repetitions, J",
+    "ets_cv": "coefficient of variation of ETS over the repetitions", "method": '"counter" or "sampling"',
+    "backend": '"nvml" or "sim"', "simulated": "whether the figures come from the simulated GPU",
+    "per_gpu": "one GpuResult per GPU the test ran on", "notes": "what the figures deserve to be told with (a coarse region, another process on the GPU, ...)",
+    "gpu_index": "the GPU's NVML index", "gpu_name": "the GPU's name, as NVML gives it", "gpu_uuid": "the GPU's UUID",
+    "limit_enforced_w": "the power limit the GPU enforced, W", "default_limit_w": "the GPU's default power limit, W",
+    "repetitions": "each repetition's figures",
+}
+
+
+def attributes_markdown(cls: type) -> str:
+    """A result class's public attributes: dataclass fields with their type and the comment beside
+    them in the source, and properties with the first line of their docstring."""
+    import dataclasses
+    import inspect
+    import re
+
+    comments: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith("pytest_gpuenergy"):
+            for line in inspect.getsource(klass).splitlines():
+                found = re.match(r"\s+([a-z_]+): [^#=]+(?:=[^#]*)?#\s*(.+)$", line)
+                if found:
+                    comments[found.group(1)] = found.group(2)
+    rows = ["| attribute | type | meaning |", "|---|---|---|"]
+    for item in dataclasses.fields(cls):
+        if not item.name.startswith("_"):
+            kind = item.type if isinstance(item.type, str) else getattr(item.type, "__name__", str(item.type))
+            rows.append(f"| `{item.name}` | `{_cell(kind)}` | {_cell(comments.get(item.name) or KNOWN.get(item.name, ''))} |")
+    for name, member in sorted(inspect.getmembers(cls, lambda m: isinstance(m, property))):
+        if not name.startswith("_"):
+            doc = " ".join((member.__doc__ or "").strip().split("\n\n")[0].split()) or KNOWN.get(name, "")
+            returns = inspect.signature(member.fget).return_annotation if member.fget else ""
+            kind = returns if isinstance(returns, str) else getattr(returns, "__name__", str(returns))
+            rows.append(f"| `{name}` | `{_cell(kind)}` | {_cell(doc.replace('``', '`'))} |")
+    return "\n".join(rows)
+
+
+def results_markdown() -> str:
+    from pytest_gpuenergy.meter.results import EnergyResult, GpuResult
+
+    return "\n".join([
+        "### `energy_meter.result`: `EnergyResult`", "", _cell((EnergyResult.__doc__ or "").replace("``", "`")), "",
+        attributes_markdown(EnergyResult), "",
+        "### `result.per_gpu[i]`: `GpuResult`", "", _cell((GpuResult.__doc__ or "").replace("``", "`")), "",
+        attributes_markdown(GpuResult)])
 
 
 # -- simulated faults ----------------------------------------------------------------------------------

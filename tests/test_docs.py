@@ -201,6 +201,19 @@ def test_every_environment_variable_and_simulated_fault_is_documented(site):
     assert not [name for name in FAULT_NAMES if f"{name}" not in faults]
 
 
+@pytest.mark.slow
+def test_every_attribute_of_a_result_is_on_the_fixtures_page(site):
+    import dataclasses
+
+    from pytest_gpuenergy.meter.results import EnergyResult, GpuResult
+
+    page = page_text(site, "reference/fixtures")
+    for cls in (EnergyResult, GpuResult):
+        names = {f.name for f in dataclasses.fields(cls)} | {n for n in dir(cls) if isinstance(getattr(cls, n), property)}
+        missing = sorted(name for name in names if not name.startswith("_") and not re.search(rf"\b{name}\b", page))
+        assert not missing, (cls.__name__, missing)
+
+
 def test_the_ci_configurations_in_the_how_tos_parse_and_use_real_options():
     yaml = pytest.importorskip("yaml")
     options = set(re.findall(r"^\s+(--(?:gpu|energy)-[a-z-]+)", subprocess.run(
