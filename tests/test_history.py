@@ -18,7 +18,7 @@ import pytest
 from pytest_gpuenergy.history.changes import Settings, find_changes
 from pytest_gpuenergy.runs.store import RunStore
 
-from helpers import cli_in_process, make_doc
+from helpers import cli_in_process, make_doc, run_cli
 
 # -- the issue's scenario: six sessions, six commits, a test's work 30 % heavier from the fourth -------------
 
@@ -339,14 +339,23 @@ def test_the_false_alarm_benchmarks_histories_with_no_change_rarely_alarm_and_a_
     assert benchmark.found_rate(20, 0.015, 100, 30.0) == 100.0
 
 
+@pytest.mark.slow
 def test_many_runs_are_read_by_several_processes_with_the_same_result(tmp_path, monkeypatch):
+    """From PARALLEL_FROM files on, a process per CPU reads them: the command (in a process of its own, as a
+    user runs it) gives what reading them one by one gives, a damaged file skipped alike."""
     from pytest_gpuenergy.history import series
 
-    docs = saved(tmp_path / "s", 7)
-    RunStore(tmp_path / "s").path_for(docs[2]).write_text("{}")
-    serial = history_json("s")
-    monkeypatch.setattr(series, "PARALLEL_FROM", 2)
-    assert history_json("s") == serial and len(serial["skipped"]) == 1 and len(serial["change_points"]) == 2
+    store = RunStore(tmp_path / "s")
+    for i in range(series.PARALLEL_FROM + 1):
+        store.save(make_doc(seed=i, minutes=10 * i, commit={"id": COMMIT.format(i), "branch": "main", "dirty": False},
+                            workloads=["alexnet-train"], caps_w=(300.0,), n=2, noise=0.01,
+                            scale={"alexnet-train": 1.3 if i >= 20 else 1.0}))
+    store.files()[5].write_text("{}")
+    parallel = json.loads(run_cli("history", str(tmp_path / "s"), "--json", "-").stdout)
+    monkeypatch.setattr(series, "PARALLEL_FROM", 10 ** 6)
+    serial = history_json(str(tmp_path / "s"))
+    assert parallel == serial and len(serial["skipped"]) == 1
+    assert [c["commit"] for c in serial["change_points"]] == [COMMIT.format(20)]
 
 
 def test_the_run_reports_say_the_runs_energy_in_kwh():
