@@ -66,7 +66,8 @@ def add_history_command(subparsers: Any) -> None:
     history.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE,
                          help="confidence that a step stands out from the sessions' noise (default 0.99; also 99%%)")
     history.add_argument("--min-runs", type=_min_runs, default=None, metavar="N",
-                         help="runs on each side of a step that must agree (default 2; 1 lets one session make a step)")
+                         help="commits on each side of a step whose runs must agree (default 2; the runs of one commit "
+                              "count once; 1 lets one session make a step)")
     history.add_argument("--price-per-kwh", type=_tariff("--price-per-kwh"), default=None, metavar="PRICE",
                          help=f"price of a kWh, for the cost (default: ini {PRICE_KEY})")
     history.add_argument("--carbon-g-per-kwh", type=_tariff("--carbon-g-per-kwh"), default=None, metavar="GRAMS",
