@@ -113,7 +113,7 @@ def test_a_distribution_that_is_not_installed_has_no_version(no_torch, monkeypat
 
 
 @pytest.mark.parametrize(("reported", "expected"), [
-    (12040, "12.4"), (11080, "11.8"), (9020, "9.2"), (10010, "10.1"), (12090, "12.9"), ("12040", "12.4"),
+    (12040, "12.4"), (11080, "11.8"), (9020, "9.2"), (10010, "10.1"), (12090, "12.9"), ("12040", "12.4"), (13000, "13.0"),
 ])
 def test_the_cuda_version_the_driver_supports_reads_as_major_dot_minor(no_torch, reported, expected):
     assert collect_machine_info(backend(cuda_version=reported), [])["cuda_driver"] == expected

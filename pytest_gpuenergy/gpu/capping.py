@@ -169,10 +169,10 @@ class PowerCapper:
         if target_mw == limits.current_mw and left is None:
             return self._describe(gpu, limits, original, target_mw)   # nothing to change, nothing to undo
         self._applied.append(_Applied(gpu, self.journal.record(gpu, original, target_mw)))
-        enforced = limits.enforced_mw if target_mw == limits.current_mw else self._set(gpu, limits, target_mw)
+        enforced = limits.enforced_mw if target_mw == limits.current_mw else self._set(gpu, target_mw)
         return self._describe(gpu, limits, original, target_mw, enforced_mw=enforced)
 
-    def _set(self, gpu: Gpu, limits: PowerLimits, target_mw: int) -> int:
+    def _set(self, gpu: Gpu, target_mw: int) -> int:
         """Set the cap and return what the GPU enforces; every failure is an error naming the GPU."""
         try:
             enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw), gpu.retry_backoff_s)
