@@ -235,8 +235,9 @@ def test_the_capper_as_a_context_manager_is_itself_and_restores_on_the_way_out(b
 def test_a_second_clock_cap_before_the_restore_is_refused(backend, h100):
     with capper_of(backend, h100) as capper:
         capper.apply(parse_clock("1200"))
-        with pytest.raises(LimitChangeError, match="a clock cap is already applied: restore it before applying another"):
+        with pytest.raises(LimitChangeError) as refused:
             capper.apply(parse_clock("990"))
+        assert str(refused.value) == "a clock cap is already applied: restore it before applying another"
         assert read_lock(h100) == (True, (210, 1200))
         capper.restore()
         assert capper.apply(parse_clock("990")).enforced_mhz == 990
@@ -428,6 +429,30 @@ def test_a_clock_restore_that_does_not_take_says_what_the_gpu_reads(backend, jou
     assert str(caught.value) == (f"the SM clock of {GPU0} could not be set back to not locked after 4 attempts "
                                  f"(it reads 210-990 MHz)")
     assert library.calls.count("nvmlDeviceResetGpuLockedClocks") == 4 and len(journal.entries()) == 1
+
+
+def test_a_gpu_lost_while_its_earlier_lock_is_put_back_names_that_lock(backend, journal):
+    calls = []
+
+    def lost_on_the_second(real, *args):       # the cap's lock takes, the restore's is refused
+        calls.append(args)
+        if len(calls) > 1:
+            raise pynvml.NVMLError_GpuIsLost()
+        return real(*args)
+
+    put_lock(gpu_on(Library(backend.nvml)), (210, 1200))             # a lock someone set before the tests
+    gpu = gpu_on(Library(backend.nvml, nvmlDeviceSetGpuLockedClocks=lost_on_the_second))
+    capper = capper_of(backend, gpu)
+    capper.apply(parse_clock("990"))
+    with pytest.raises(LimitRestoreError) as caught:
+        capper.restore()
+    assert str(caught.value) == f"{GPU0} is lost (NVML: GPU is lost) and its SM clock could not be set back to 210-1200 MHz"
+
+
+def test_each_gpus_sm_clock_is_read_from_that_gpu(backend, h100, v100):
+    own = {gpu.index: int(backend.nvml.nvmlDeviceGetClockInfo(gpu.handle, pynvml.NVML_CLOCK_SM)) for gpu in (h100, v100)}
+    assert own[0] != own[1]                                   # the two models idle at different clocks
+    assert (sm_clock_now_mhz(h100), sm_clock_now_mhz(v100)) == (own[0], own[1])
 
 
 def test_a_gpu_lost_during_a_clock_restore_is_named_at_once(backend, journal):
