@@ -5,6 +5,7 @@ pytest-benchmark's rounds, and the hooks a team's conftest implements."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -151,6 +152,19 @@ def test_energy_top_lists_the_heaviest_cases_within_80_columns(pytester, monkeyp
     section = section[:next(i for i, line in enumerate(section) if line.startswith("="))]
     assert all(len(line) <= 80 for line in section), [line for line in section if len(line) > 80]
     assert any(line.startswith("GPU energy over the session: ") and "kWh" in line for line in section)
+
+
+def test_the_session_total_holds_its_measured_regions_when_their_gpu_time_outruns_the_wall_clock(pytester):
+    """On the simulator a test's declared work takes virtual time (2 s here) in milliseconds of wall
+    time; the session's total counts the GPU idle through that time too, so the regions' share of it
+    can never pass 100 %."""
+    pytester.makepyfile(test_long=declare_source() + "".join(f"\ndef test_{i}():\n    declare(2.0)\n" for i in range(3)))
+    result = pytester.runpytest("--energy-all", "--energy-top=3")
+    result.assert_outcomes(passed=3)
+    text = " ".join(result.stdout.lines)
+    share = re.search(r"GPU energy over the session: .*? \(([0-9.]+) %\) in the measured regions of 3 cases", text)
+    assert share is not None, text
+    assert 50.0 < float(share.group(1)) <= 100.0
 
 
 # -- budgets files ---------------------------------------------------------------------------------

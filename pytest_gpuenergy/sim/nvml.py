@@ -124,6 +124,7 @@ class SimulatedNvml:
         # hands (the next test), so that no host CPU time can creep into declared figures.
         self.declared = False
         self.faults = FaultPlan(parse_faults(self._faults_text))
+        self._world_started = (self.clock.now(), self.wall_now())   # a test's virtual world: its start on both clocks
         self.profile = WorkloadProfile(DEFAULT_COMPUTE_BOUND)
         self.active: set[int] = set()
         self._devices: list[SimDevice] = []
@@ -483,7 +484,8 @@ class SimulatedNvml:
 
     def simWallEnergyMj(self, handle: SimDeviceHandle) -> float:
         """The energy the GPU drew since its state began, on the host's wall clock: its idle power over
-        the wall time, plus the work every process committed (and this one's not committed yet).
+        the wall time (and over the time tests' virtual worlds ran beyond it), plus the work every
+        process committed (and this one's not committed yet).
 
         A session's tests each run in a virtual world of their own, whose time is no wall time; this
         is what a real counter would show across the whole session (setup, collection, idle between
@@ -492,7 +494,18 @@ class SimulatedNvml:
             device = self._device(handle)
             device.advance()
             state = device.state_file.read()
-            return device.spec.idle_w * (self.wall_now() - state.created_at) * 1000.0 + state.dynamic_mj + device.unsaved_mj()
+            idle_s = self.wall_now() - state.created_at + self._world_idle_excess_s()
+            return device.spec.idle_w * idle_s * 1000.0 + state.dynamic_mj + device.unsaved_mj()
+
+    def _world_idle_excess_s(self) -> float:
+        """How much longer the current test's virtual world has run than the host's wall clock: the
+        GPUs idle through that time too, which a total on the wall clock alone would leave out (and a
+        session's regions would then add up to more than its total). Never negative: a slow host's
+        wall time is already counted as idle."""
+        if not isinstance(self.clock, VirtualClock):
+            return 0.0
+        virtual_start_s, wall_start = self._world_started
+        return max((self.clock.now() - virtual_start_s) - (self.wall_now() - wall_start), 0.0)
 
     def simBeginTest(self, test_id: str, indices: Sequence[int] = ()) -> None:
         """A test starts: its figures must depend on the test and the seed only, whatever ran before it
@@ -507,9 +520,12 @@ class SimulatedNvml:
             slots = {index: slot for slot, index in enumerate(indices)}
             held = [d for d in self._devices if d.index in slots]
             if isinstance(self.clock, VirtualClock):
+                excess_s = self._world_idle_excess_s()
                 for device in self._devices:
                     device.advance()
+                    device.carried_mj += device.spec.idle_w * excess_s * 1000.0
                 self.clock.restart(0.0)
+                self._world_started = (0.0, self.wall_now())
                 for device in self._devices:
                     device.restart(test_id, slots.get(device.index, len(slots) + device.index))
                 self.declared = False
