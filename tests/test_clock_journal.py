@@ -9,12 +9,15 @@ asserts exact clocks in MHz, entry fields and the messages a user reads.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import asdict, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -98,6 +101,30 @@ def test_an_entry_with_a_previous_lock_describes_both_locks():
     entry = ClockJournalEntry("GPU-abc", 0, "g", 300, 1500, 210, 990, 42, "77", "node7", 1.0)
     assert entry.previous == (300, 1500)
     assert entry.describe().endswith("SM clock locked at 210-990 MHz by pid 42 on node7, before: 300-1500 MHz")
+
+
+@pytest.mark.parametrize(("previous", "before", "flags"), [((300, 1500), "300-1500 MHz", "-lgc 300,1500"), (None, "not locked", "-rgc")])
+def test_an_entry_left_behind_names_both_locks_and_the_drivers_command_that_puts_it_back(previous, before, flags):
+    entry = ClockJournalEntry("GPU-abc", 0, H100, *(previous or (0, 0)), 990, 1200, DEAD_PID, "gone", "elsewhere", 5.0)
+    assert entry.left_text() == f"GPU 0 ({H100}, GPU-abc) with its SM clock locked at 990-1200 MHz, before: {before}"
+    real_gpu = SimpleNamespace(nvml=object(), uuid="GPU-abc")          # a library with no simulated state folder
+    assert entry.fix_command(real_gpu) == f"sudo nvidia-smi -i GPU-abc {flags}"  # type: ignore[arg-type]
+
+
+def test_recording_a_lock_waits_for_the_journals_lock_that_a_repair_holds(journal, gpu):
+    state_folder(journal.folder)
+    held = os.open(journal.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (journal.record_lock(gpu, None, (990, 990)), done.set()))
+    writer.start()
+    try:
+        assert not done.wait(0.3)                  # the entry waits while the journal is being repaired
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        os.close(held)
+    writer.join(10)
+    assert done.is_set() and journal.entry(gpu.uuid) is not None
 
 
 def test_a_lock_reads_as_its_range_or_not_locked():
@@ -233,7 +260,7 @@ def test_repair_resets_a_dead_runs_lock_that_had_none_before(journal, gpu, backe
 def test_repair_puts_back_the_lock_that_was_there_before(journal, gpu, backend):
     entry = left_locked(journal, gpu, (300, 1500), (210, 990))
     [outcome] = journal.repair(backend)
-    assert (outcome.action, outcome.message) == ("restored", f"{entry.describe()}: restored to 300-1500 MHz")
+    assert (outcome.entry, outcome.action, outcome.message) == (entry, "restored", f"{entry.describe()}: restored to 300-1500 MHz")
     assert read_lock(gpu) == (True, (300, 1500)) and journal.entries() == []
 
 
@@ -241,7 +268,7 @@ def test_repair_clears_an_entry_whose_gpu_is_already_back(journal, gpu, backend)
     entry = left_locked(journal, gpu, (300, 1500), (210, 990))
     put_lock(gpu, (300, 1500))
     [outcome] = journal.repair(backend)
-    assert (outcome.action, outcome.message) == ("already-restored", f"{entry.describe()}: already 300-1500 MHz")
+    assert (outcome.entry, outcome.action, outcome.message) == (entry, "already-restored", f"{entry.describe()}: already 300-1500 MHz")
     assert journal.entries() == []
 
 
@@ -249,7 +276,7 @@ def test_repair_leaves_a_lock_someone_changed_since_and_clears_the_entry(journal
     entry = left_locked(journal, gpu, None, (210, 990))
     put_lock(gpu, (210, 1200))
     [outcome] = journal.repair(backend)
-    assert outcome.action == "changed-since"
+    assert (outcome.entry, outcome.action) == (entry, "changed-since")
     assert outcome.message == f"{entry.describe()}: now 210-1200 MHz, set by someone else since; left as it is"
     assert read_lock(gpu) == (True, (210, 1200)) and journal.entries() == []
 
@@ -258,7 +285,7 @@ def test_a_repair_the_library_refuses_keeps_the_entry_and_says_why(journal, gpu,
     entry = left_locked(journal, gpu, None, (210, 990))
     backend.nvml.simArmFaults("clock_reset_error")
     [outcome] = journal.repair(backend)
-    assert (outcome.action, outcome.message) == ("failed", f"{entry.describe()}: could not restore it (NVML: Unknown Error)")
+    assert (outcome.entry, outcome.action, outcome.message) == (entry, "failed", f"{entry.describe()}: could not restore it (NVML: Unknown Error)")
     assert read_lock(gpu) == (True, (210, 990)) and journal.entries() == [entry]
 
 
@@ -270,7 +297,7 @@ def test_a_repair_whose_lock_does_not_read_back_keeps_the_entry_and_says_what_it
         [outcome] = journal.repair(backend)
     finally:
         del backend.nvml.nvmlDeviceSetGpuLockedClocks
-    assert (outcome.action, outcome.message) == ("failed", f"{entry.describe()}: set back, but it reads 300-1200 MHz")
+    assert (outcome.entry, outcome.action, outcome.message) == (entry, "failed", f"{entry.describe()}: set back, but it reads 300-1200 MHz")
     assert journal.entries() == [entry]
 
 
@@ -279,7 +306,7 @@ def test_a_repair_that_cannot_read_the_lock_puts_back_the_previous_state_and_tru
     entry = left_locked(journal, gpu, (300, 1500), (210, 990))
     blind = nvml_like(backend)
     outcome = journal._repair_one(blind, entry)
-    assert (outcome.action, outcome.message) == ("restored", f"{entry.describe()}: restored to 300-1500 MHz")
+    assert (outcome.entry, outcome.action, outcome.message) == (entry, "restored", f"{entry.describe()}: restored to 300-1500 MHz")
     assert read_lock(gpu) == (True, (300, 1500)) and journal.entries() == []
     left_locked(journal, gpu, (300, 1500), (210, 990))
     put_lock(gpu, (300, 1500))                   # back already, but it cannot tell: it sets it again
