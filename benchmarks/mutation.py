@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ _METER = ["tests/test_integrate.py", "tests/test_meter.py"]
 # The knobs' own in-process tests (tests/test_capping.py, test_journal.py, test_clocks_knob.py,
 # test_clock_journal.py, found by name) and the enforced limits; test_faults.py and test_restore.py
 # drive the knobs through killed processes, which run the unchanged code, and take minutes per mutant.
-_KNOBS = ["tests/test_caps_budgets.py", "tests/test_enforced_limits.py"]
+_KNOBS = ["tests/test_caps_budgets.py", "tests/test_enforced_limits.py", "tests/test_capping.py"]
 _CLOCKS = ["tests/test_clocks.py"]
 _GATE = ["tests/test_gate.py", "tests/test_compare.py", "tests/test_caps_budgets.py"]
 _RUNS = ["tests/test_storage.py", "tests/test_shards.py", "tests/test_damaged_inputs.py", "tests/test_compare.py"]
@@ -108,7 +109,12 @@ def main() -> int:
                         help="a module to mutate (repeatable); default: all of them")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
     parser.add_argument("--table", action="store_true", help="print the results as a Markdown table and stop")
+    parser.add_argument("--reclassify", action="store_true",
+                        help="mark the saved survivors listed in mutation_equivalents/ as equivalent (no mutant is run) and stop")
     args = parser.parse_args()
+    if args.reclassify:
+        reclassify(load_equivalents())
+        return 0
     if args.table:
         print(markdown_table(json.loads(RESULTS.read_text())))
         return 0
@@ -133,6 +139,22 @@ def main() -> int:
     short = [m for m, e in results["modules"].items() if e["killed_share"] < GOAL]
     print(f"modules under {GOAL:.0%} killed: {', '.join(short) or 'none'}")
     return 0
+
+
+def reclassify(equivalents: dict[str, dict[tuple[str, str, str], str]]) -> None:
+    """Equivalence is a judgement about a survivor, not a run: one listed after its module's run is
+    marked in the saved results without running the module again (a survivor a new test kills needs
+    the run)."""
+    def mark(results: dict) -> None:
+        for module, entry in results.get("modules", {}).items():
+            known = equivalents.get(module, {})
+            for survivor in entry["survivors"]:
+                key = (survivor["function"], survivor["before"].strip(), survivor["after"].strip())
+                survivor["equivalent"] = known.get(key, survivor["equivalent"])
+            entry["equivalent"] = sum(1 for survivor in entry["survivors"] if survivor["equivalent"])
+            non_equivalent = entry["mutants"] - entry["equivalent"]
+            entry["score"] = round(entry["killed"] / non_equivalent, 4) if non_equivalent > 0 else 1.0
+    update_results(mark)
 
 
 def markdown_table(results: dict) -> str:
@@ -250,18 +272,25 @@ def mutmut_version() -> str:
 
 
 def save(module: str, entry: dict) -> dict:
-    """The module's entry into mutation.json, whole or not at all, one run at a time (runs for
-    different modules may go on side by side)."""
+    """The module's entry into mutation.json, whole or not at all."""
+    def put(results: dict) -> None:
+        results.setdefault("modules", {})[module] = entry | machine()
+        results.update(tool=f"mutmut {mutmut_version()}", goal_killed_share=GOAL,
+                       command="python benchmarks/mutation.py [--module PATH]")
+        results["modules"] = dict(sorted(results["modules"].items()))
+    return update_results(put)
+
+
+def update_results(change: Callable[[dict], None]) -> dict:
+    """Read, change and write mutation.json whole, one process at a time (runs for different modules
+    may go on side by side)."""
     import fcntl
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        results.setdefault("modules", {})[module] = entry | machine()
-        results.update(tool=f"mutmut {mutmut_version()}", goal_killed_share=GOAL,
-                       command="python benchmarks/mutation.py [--module PATH]")
-        results["modules"] = dict(sorted(results["modules"].items()))
+        change(results)
         temporary = RESULTS.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         temporary.replace(RESULTS)

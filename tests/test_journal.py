@@ -13,10 +13,13 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
+import pynvml
 import pytest
 
 from pytest_gpuenergy.errors import JournalCorrupt
@@ -134,9 +137,37 @@ def test_clearing_removes_the_entry_only_when_it_is_still_the_same_write(journal
     assert journal.entries() == []
 
 
+def test_an_entry_left_behind_names_its_limits_and_the_command_that_puts_the_limit_back(backend, gpu):
+    entry = JournalEntry(gpu.uuid, 0, H100, 700_000, 420_000, DEAD_PID, "gone", "elsewhere", 5.0)
+    assert entry.left_text() == f"GPU 0 ({H100}, {gpu.uuid}) at 420 W, its limit before 700 W"
+    simulated = backend.nvml.state_dir / "gpus" / f"{gpu.uuid}.json"
+    assert entry.fix_command(gpu) == f"rm {simulated} (the simulated GPU restarts at its defaults)"
+    real = SimpleNamespace(nvml=pynvml, uuid=gpu.uuid)                  # the real library: the driver's command
+    assert entry.fix_command(real) == f"sudo nvidia-smi -i {gpu.uuid} -pl 700"  # type: ignore[arg-type]
+    stateless = SimpleNamespace(nvml=object(), uuid=gpu.uuid)           # another library with no state folder
+    assert entry.fix_command(stateless) == f"sudo nvidia-smi -i {gpu.uuid} -pl 700"  # type: ignore[arg-type]
+
+
+def test_clearing_waits_for_the_journals_lock_that_a_repair_holds(journal, gpu):
+    entry = journal.record(gpu, 700_000, 420_000)
+    held = os.open(journal.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    done = threading.Event()
+    clearer = threading.Thread(target=lambda: (journal.clear(entry), done.set()))
+    clearer.start()
+    try:
+        assert not done.wait(0.3)                    # the entry stays while the journal is being repaired
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        os.close(held)
+    clearer.join(10)
+    assert done.is_set() and journal.entry(gpu.uuid) is None
+
+
 def test_entries_are_listed_by_file_name_and_other_files_are_ignored(tmp_path):
     journal = Journal(tmp_path / "journal")
     assert journal.entries() == []                      # no folder yet
+    assert not journal.folder.exists()                  # and listing makes none
     second = JournalEntry("GPU-b", 1, "g", 300_000, 200_000, DEAD_PID, "s", "h", 1.0)
     first = replace(second, gpu_uuid="GPU-a", gpu_index=0)
     for entry in (second, first):
