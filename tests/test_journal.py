@@ -305,8 +305,35 @@ def test_repair_leaves_a_gpu_whose_lock_another_session_holds_to_that_session(jo
     finally:
         os.close(other)
     assert (outcome.entry, outcome.action) == (entry, "busy")
-    assert outcome.message.startswith(f"{entry.describe()}: left to the test session that holds this GPU now")
-    assert "run `gpuenergy restore`" in outcome.message
+    assert outcome.message.startswith(f"{entry.describe()}: left to the test session that holds this GPU now "
+                                      f"(pid {os.getpid()} ")                      # the holder, as the kernel says
+    assert outcome.message.endswith("; if the GPU stays capped after it, run `gpuenergy restore`")
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+
+
+def test_within_gpuenergy_restore_a_busy_gpu_is_left_with_the_drivers_own_fix(journal, gpu, backend):
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    [path] = lock_paths(journal.lock_folder, [gpu.uuid])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        [outcome] = journal.repair(backend, in_restore_command=True)
+    finally:
+        os.close(other)
+    assert outcome.action == "busy" and "gpuenergy restore" not in outcome.message
+    assert outcome.message.endswith(f", which puts it back when it ends; if it does not, end that process or put it "
+                                    f"back yourself: {entry.fix_command(gpu)}")
+
+
+def test_after_a_second_signal_a_repair_restores_nothing_more_and_says_so(journal, gpu, backend, monkeypatch):
+    from pytest_gpuenergy.gpu import signals
+
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    monkeypatch.setattr(signals, "_gave_up", ["SIGTERM"])            # a restore of this process stopped so
+    [outcome] = journal.repair(backend)
+    assert (outcome.entry, outcome.action) == (entry, "stopped")
+    assert outcome.message == f"{entry.describe()}: not restored, this process stops after a second signal"
     assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
 
 
