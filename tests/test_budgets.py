@@ -49,6 +49,15 @@ def test_a_cap_that_is_no_cap_is_refused_in_the_markers_own_words():
     with pytest.raises(BudgetError) as refused:
         budget_from_marker((), {"ets": 1, "cap": "fast"})
     assert str(refused.value).startswith("energy_budget cap=")
+    with pytest.raises(BudgetError) as implausible:                     # refused before it is printed
+        budget_from_marker((), {"ets": 1, "cap": 10**12})
+    assert str(implausible.value) == ("energy_budget cap=: 1000000000000 is not a plausible GPU power limit; "
+                                      "write watts (150), 60%, or min, max, default")
+
+
+def test_a_budget_for_a_whole_model_name_never_matches_by_part_of_it():
+    exact = Budget(ets_j=1.0, gpu="H100", exact_gpu=True)                # a budgets file: "H100" is no model
+    assert not exact.matches(H100_NAME, 700_000, H100)
 
 
 def test_a_budget_matches_a_gpu_by_part_of_its_name_and_a_cap_by_the_limit_it_resolves_to():
