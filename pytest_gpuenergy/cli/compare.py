@@ -106,7 +106,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
         for line in comparison_lines(comparison, terminal_width(), skipped_caps(new)):
             print(line, file=out)
     for target, text in texts:
-        status = _write(target, text, out)
+        status = write_output("compare", target, text, out)
         if status:
             return status
     return EXIT_REGRESSION if comparison.failed else EXIT_OK
@@ -133,15 +133,17 @@ def _resolve(store: RunStore, ref: str, backend: str | None = None, gpu_model: s
     return store.resolve(ref)
 
 
-def _write(target: str, text: str, out: TextIO) -> int:
+def write_output(command: str, target: str, text: str, out: TextIO, told: TextIO | None = None) -> int:
+    """A report's ``text`` to ``target`` (``-``: ``out``), whole or not at all, saying so on ``told``
+    (default ``out``); a file that cannot be written is ``command``'s one-line error."""
     if target == "-":
         out.write(text)
         return EXIT_OK
     try:
         atomic_write_text(Path(target), text)
     except OSError as exc:
-        return _error("compare", f"cannot write {target}: {exc.strerror or exc}; check the folder exists and is writable")
-    print(f"wrote {target}", file=out)
+        return _error(command, f"cannot write {target}: {exc.strerror or exc}; check the folder exists and is writable")
+    print(f"wrote {target}", file=told or out)
     return EXIT_OK
 
 

@@ -20,11 +20,11 @@ from typing import Any, TextIO
 import tomllib
 
 from ..errors import SettingError, StorageError
-from ..fileio import atomic_write_text
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence
 from ..metrics import METRICS
 from ..runs import DEFAULT_STORAGE
 from ..runs.store import project_storage
+from .compare import write_output
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -167,7 +167,7 @@ def cmd_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(line, file=out)
     for target, make in writes:
         if target:
-            status = _write(target, make(), out, sys.stderr if on_stdout else out)
+            status = write_output("history", target, make(), out, sys.stderr if on_stdout else out)
             if status:
                 return status
     return EXIT_OK
@@ -177,19 +177,6 @@ def _html(report: Any) -> str:
     from ..history.plots import html_report
 
     return html_report(report)
-
-
-def _write(target: str, text: str, out: TextIO, told: TextIO) -> int:
-    """``text`` to ``target`` (``-``: ``out``), saying so on ``told``."""
-    if target == "-":
-        out.write(text)
-        return EXIT_OK
-    try:
-        atomic_write_text(Path(target), text)
-    except OSError as exc:
-        return _error(f"cannot write {target}: {exc.strerror or exc}; check the folder exists and is writable")
-    print(f"wrote {target}", file=told)
-    return EXIT_OK
 
 
 def _error(problem: object) -> int:
