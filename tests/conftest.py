@@ -17,7 +17,7 @@ import pytest
 # the package while tests import a fresh copy (declare_work in tests/test_shards.py then reaches a stale
 # registry when run after tests/test_damaged_inputs.py, as benchmarks/mutation.py selects them).
 import pytest_gpuenergy.sim.work  # noqa: F401
-from pytest_gpuenergy.gpu.device import Backend, open_backend
+from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
 
 from helpers import CHILD_PYTEST_ADDOPTS
 
@@ -64,3 +64,15 @@ def backend(sim_state: Path) -> Iterator[Backend]:
     opened = open_backend("sim")
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def h100(backend: Backend) -> Gpu:
+    """The simulated machine's first GPU (an H100 unless the test says otherwise)."""
+    return backend.all_gpus[0]
+
+
+@pytest.fixture
+def v100(backend: Backend) -> Gpu:
+    """The second GPU of a machine marked ``@pytest.mark.sim_gpus("H100,V100")``."""
+    return backend.all_gpus[1]

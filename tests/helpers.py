@@ -11,10 +11,13 @@ multiplicative noise.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import inspect
 import io
+import os
 import subprocess
 import sys
+import textwrap
 import time
 import zlib
 from collections.abc import Sequence
@@ -23,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
+from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.meter.results import EnergyResult, GpuResult, Repetition
 from pytest_gpuenergy.runs.records import RunDocument
 from pytest_gpuenergy.runs.store import build_documents
@@ -122,6 +126,44 @@ def spin_source() -> str:
 def declare_source() -> str:
     """Source of :func:`declare` for test files written by pytester: the one definition, reused."""
     return inspect.getsource(declare)
+
+
+def declared_suite(train_flops: float) -> str:
+    """A test file of two tests whose calls declare their GPU work (``test_train``: ``train_flops`` of
+    TF32 work, compute-bound; ``test_infer``: fixed, memory-bound): the simulator runs it on its
+    virtual clock, so the suite costs no real CPU time and its figures repeat on any host."""
+    return textwrap.dedent(
+        f"""
+        import pytest
+
+        def step():
+            pass
+
+        @pytest.mark.energy(work={{"flops_tf32": {train_flops!r}, "bytes": 1e8, "kernels": 40}})
+        def test_train(gpu_power_cap, energy_meter):
+            energy_meter.measure(step, warmup=1, min_time_s=0.2)
+
+        @pytest.mark.energy(work={{"flops_tf32": 1e12, "bytes": 2e10, "kernels": 40}})
+        def test_infer(gpu_power_cap, energy_meter):
+            energy_meter.measure(step, warmup=1, min_time_s=0.2)
+        """
+    )
+
+
+def lock_is_free(backend: Backend, gpu: Gpu) -> bool:
+    """Whether another process could take the GPU's lock now (a second open file stands in for it)."""
+    from pytest_gpuenergy.gpu.locks import lock_paths
+
+    [path] = lock_paths(backend.lock_folder, [gpu.uuid])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # --- results and run documents ------------------------------------------------------------------

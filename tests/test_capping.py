@@ -9,7 +9,6 @@ journal contents and the messages a user reads.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -28,25 +27,14 @@ from pytest_gpuenergy.gpu import capping, signals
 from pytest_gpuenergy.gpu.capping import GpuCap, PowerCap, PowerCapper, restore_after_failure
 from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for
-from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.specs import parse_cap
 
-from helpers import DEAD_PID, H100, V100
+from helpers import DEAD_PID, H100, V100, lock_is_free
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
 GPU0 = f"GPU 0 ({H100})"
 GPU1 = f"GPU 1 ({V100})"
-
-
-@pytest.fixture
-def h100(backend: Backend) -> Gpu:
-    return backend.all_gpus[0]
-
-
-@pytest.fixture
-def v100(backend: Backend) -> Gpu:
-    return backend.all_gpus[1]
 
 
 @pytest.fixture
@@ -60,20 +48,6 @@ def capper_of(backend: Backend, *gpus: Gpu) -> PowerCapper:
 
 def limits_w(backend: Backend) -> list[float]:
     return [gpu.current_limit_mw() / 1000 for gpu in backend.all_gpus]
-
-
-def lock_is_free(backend: Backend, gpu: Gpu) -> bool:
-    """Whether another process could take the GPU's lock now (a second open file stands in for it)."""
-    [path] = lock_paths(backend.lock_folder, [gpu.uuid])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def plant_dead_runs_entry(journal: Journal, gpu: Gpu, previous_mw: int, applied_mw: int, pid: int = DEAD_PID) -> None:

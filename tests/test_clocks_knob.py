@@ -10,7 +10,6 @@ testing of the module sees them. Tests of the journal itself are in ``tests/test
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -30,25 +29,14 @@ from pytest_gpuenergy.gpu import clocks, signals
 from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, clock_journal_for, put_lock, read_lock
 from pytest_gpuenergy.gpu.clocks import ClockCap, ClockCapper, ClockRange, GpuClockCap, clock_range, sm_clock_now_mhz
 from pytest_gpuenergy.gpu.device import Backend, Gpu
-from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.specs import parse_clock
 
-from helpers import DEAD_PID, H100, V100
+from helpers import DEAD_PID, H100, V100, lock_is_free
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
 GPU0 = f"GPU 0 ({H100})"
 GPU1 = f"GPU 1 ({V100})"
-
-
-@pytest.fixture
-def h100(backend: Backend) -> Gpu:
-    return backend.all_gpus[0]
-
-
-@pytest.fixture
-def v100(backend: Backend) -> Gpu:
-    return backend.all_gpus[1]
 
 
 @pytest.fixture
@@ -62,20 +50,6 @@ def capper_of(backend: Backend, *gpus: Gpu) -> ClockCapper:
 
 def locks(backend: Backend) -> list:
     return [read_lock(gpu)[1] for gpu in backend.all_gpus]
-
-
-def lock_is_free(backend: Backend, gpu: Gpu) -> bool:
-    """Whether another process could take the GPU's lock now (a second open file stands in for it)."""
-    [path] = lock_paths(backend.lock_folder, [gpu.uuid])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 class Library:

@@ -9,29 +9,13 @@ import pytest
 
 from pytest_gpuenergy.runs.store import RunStore
 
-from helpers import cli_in_process
+from helpers import cli_in_process, declared_suite
 
 
 def suite(work_s: float) -> str:
     """Two tests whose calls declare their GPU work (``work_s`` of a compute-bound step on an H100 at
     full power): the simulator's virtual clock runs it, so the suite costs no real CPU time."""
-    train_flops = work_s * 4e14
-    return textwrap.dedent(
-        f"""
-        import pytest
-
-        def step():
-            pass
-
-        @pytest.mark.energy(work={{"flops_tf32": {train_flops!r}, "bytes": 1e8, "kernels": 40}})
-        def test_train(gpu_power_cap, energy_meter):
-            energy_meter.measure(step, warmup=1, min_time_s=0.2)
-
-        @pytest.mark.energy(work={{"flops_tf32": 1e12, "bytes": 2e10, "kernels": 40}})
-        def test_infer(gpu_power_cap, energy_meter):
-            energy_meter.measure(step, warmup=1, min_time_s=0.2)
-        """
-    )
+    return declared_suite(work_s * 4e14)
 
 
 @pytest.fixture

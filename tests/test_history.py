@@ -9,7 +9,6 @@ import os
 import random
 import re
 import subprocess
-import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,29 +17,9 @@ import pytest
 from pytest_gpuenergy.history.changes import Settings, find_changes
 from pytest_gpuenergy.runs.store import RunStore
 
-from helpers import cli_in_process, make_doc, run_cli
+from helpers import cli_in_process, declared_suite, make_doc, run_cli
 
 # -- the issue's scenario: six sessions, six commits, a test's work 30 % heavier from the fourth -------------
-
-
-def suite(train_flops: float) -> str:
-    """Two tests that declare their GPU work: the simulator runs it on its virtual clock (no CPU time)."""
-    return textwrap.dedent(
-        f"""
-        import pytest
-
-        def step():
-            pass
-
-        @pytest.mark.energy(work={{"flops_tf32": {train_flops!r}, "bytes": 1e8, "kernels": 40}})
-        def test_train(gpu_power_cap, energy_meter):
-            energy_meter.measure(step, warmup=1, min_time_s=0.2)
-
-        @pytest.mark.energy(work={{"flops_tf32": 1e12, "bytes": 2e10, "kernels": 40}})
-        def test_infer(gpu_power_cap, energy_meter):
-            energy_meter.measure(step, warmup=1, min_time_s=0.2)
-        """
-    )
 
 
 def git(folder: Path, *args: str, when: datetime | None = None) -> str:
@@ -61,7 +40,7 @@ def test_history_names_exactly_the_test_whose_work_rose_at_the_commit_that_did_i
     monkeypatch.delenv("GPUENERGY_SIM_NOISE", raising=False)
     commits = []
     for i in range(6):
-        pytester.makepyfile(test_suite=suite(4e12 * (1.3 if i >= 3 else 1.0)) + f"\n# commit {i}\n")
+        pytester.makepyfile(test_suite=declared_suite(4e12 * (1.3 if i >= 3 else 1.0)) + f"\n# commit {i}\n")
         git(folder, "add", "test_suite.py", "tox.ini")
         git(folder, "commit", "-q", "-m", f"change {i}", when=datetime(2025, 3, 1 + i, 9, tzinfo=timezone.utc))
         commits.append(git(folder, "rev-parse", "HEAD"))
