@@ -152,8 +152,7 @@ def reclassify(equivalents: dict[str, dict[tuple[str, str, str], str]]) -> None:
                 key = (survivor["function"], survivor["before"].strip(), survivor["after"].strip())
                 survivor["equivalent"] = known.get(key, survivor["equivalent"])
             entry["equivalent"] = sum(1 for survivor in entry["survivors"] if survivor["equivalent"])
-            non_equivalent = entry["mutants"] - entry["equivalent"]
-            entry["score"] = round(entry["killed"] / non_equivalent, 4) if non_equivalent > 0 else 1.0
+            entry["score"] = score(entry["killed"], entry["mutants"], entry["equivalent"])
     update_results(mark)
 
 
@@ -256,8 +255,13 @@ def summarise(module: str, statuses: dict[str, str], survivors: dict[str, Surviv
     return {"tests": tests_of(module), "mutants": total, "killed": killed, "survived": counts.get("survived", 0),
             "no_tests": counts.get("no tests", 0), "other": total - killed - counts.get("survived", 0) - counts.get("no tests", 0),
             "equivalent": equivalent, "killed_share": round(killed / total, 4) if total else 1.0,
-            "score": round(killed / (total - equivalent), 4) if total > equivalent else 1.0,
+            "score": score(killed, total, equivalent),
             "seconds": round(seconds), "survivors": listed}
+
+
+def score(killed: int, mutants: int, equivalent: int) -> float:
+    """The share killed of the mutants that could be killed (all of them but the equivalent ones)."""
+    return round(killed / (mutants - equivalent), 4) if mutants > equivalent else 1.0
 
 
 def machine() -> dict[str, str]:
