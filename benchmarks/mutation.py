@@ -6,8 +6,9 @@
 For each module, mutmut (https://mutmut.readthedocs.io) makes one small change at a time (an operator,
 a constant, a comparison, an argument) and runs the module's fast tests against it, only those that
 reach the changed function; a mutant that no test fails "survived". Each module runs in a copy of the
-project under ``.mutation/`` (ignored by git), with the module's tests only: the suite's tests that start
-a separate process (`runpytest_subprocess`, the CLI in a subprocess) would run the unchanged code.
+committed project (HEAD: commit first) under ``.mutation/`` (ignored by git), with the module's tests
+only: the suite's tests that start a separate process (`runpytest_subprocess`, the CLI in a
+subprocess) would run the unchanged code.
 
 A module's tests are those named below plus ``tests/test_<module>.py`` where it exists (the file for
 tests of that one module). Every survivor is either listed in ``benchmarks/mutation_equivalents/``
@@ -123,11 +124,11 @@ def main() -> int:
     for module in modules:
         started = time.monotonic()
         try:
-            statuses, survivors = run_module(module, args.jobs)
+            statuses, survivors, commit = run_module(module, args.jobs)
         except ModuleNotRun as exc:
             print(f"{module}: NOT RUN. {exc}", flush=True)
             continue
-        entry = summarise(module, statuses, survivors, equivalents, time.monotonic() - started)
+        entry = summarise(module, statuses, survivors, equivalents, time.monotonic() - started, commit)
         print(f"{module}: {entry['mutants']} mutants, {entry['killed']} killed, {entry['survived']} survived "
               f"({entry['equivalent']} equivalent), {entry['killed_share']:.1%} killed, "
               f"{entry['score']:.1%} of the non-equivalent, {entry['seconds']:.0f} s", flush=True)
@@ -171,11 +172,11 @@ def markdown_table(results: dict) -> str:
     return "\n".join(rows)
 
 
-def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Survivor]]:
+def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Survivor], str]:
     """mutmut over one module in a fresh copy of the project; its statuses and survivors."""
     work = WORK / re.sub(r"[^A-Za-z0-9]+", "-", module.removeprefix("pytest_gpuenergy/").removesuffix(".py"))
     shutil.rmtree(work, ignore_errors=True)
-    copy_project(work)
+    commit = copy_project(work)
     with open(work / "pyproject.toml", "a") as config:
         config.write("\n[tool.mutmut]\n"
                      'source_paths = ["pytest_gpuenergy/"]\n'
@@ -195,9 +196,9 @@ def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Surviv
     if statuses and not any(status in ("killed", "survived", "timeout") for status in statuses.values()):
         # mutmut ran no mutant: the module's tests failed on the unchanged code (it says so first)
         raise ModuleNotRun(f"mutmut tested no mutant of {module}: {done.stdout.strip()[-1500:]}")
-    source = (ROOT / module).read_text().splitlines()
+    source = (work / module).read_text().splitlines()
     survivors = {name: describe(work, name, source, env) for name, status in statuses.items() if status == "survived"}
-    return statuses, survivors
+    return statuses, survivors, commit
 
 
 def tests_of(module: str) -> list[str]:
@@ -208,16 +209,16 @@ def tests_of(module: str) -> list[str]:
     return sorted(name for name in set(MODULES[module]) | own if (ROOT / name).exists())
 
 
-def copy_project(work: Path) -> None:
-    listing = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]     # new test files too
-    tracked = subprocess.run(listing, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for name in filter(None, tracked.split("\0")):
-        if name.startswith("benchmarks/results/"):
-            continue
-        target = work / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / name).is_file():
-            shutil.copy2(ROOT / name, target)
+def copy_project(work: Path) -> str:
+    """The committed project (HEAD), not the working tree: a result belongs to a commit, and edits in
+    progress (another session's, half-written) never decide whether a mutant survives. Returns the commit."""
+    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    work.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work), "--exclude=benchmarks/results"], input=archive, check=True)
+    (work / ".mutation-commit").write_text(commit)
+    return commit
 
 
 def describe(work: Path, name: str, source: list[str], env: dict[str, str]) -> Survivor:
@@ -243,7 +244,7 @@ def load_equivalents() -> dict[str, dict[tuple[str, str, str], str]]:
 
 
 def summarise(module: str, statuses: dict[str, str], survivors: dict[str, Survivor],
-              equivalents: dict[str, dict[tuple[str, str, str], str]], seconds: float) -> dict:
+              equivalents: dict[str, dict[tuple[str, str, str], str]], seconds: float, commit: str = "") -> dict:
     counts = {status: list(statuses.values()).count(status) for status in set(statuses.values())}
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     known = equivalents.get(module, {})
@@ -256,7 +257,7 @@ def summarise(module: str, statuses: dict[str, str], survivors: dict[str, Surviv
             "no_tests": counts.get("no tests", 0), "other": total - killed - counts.get("survived", 0) - counts.get("no tests", 0),
             "equivalent": equivalent, "killed_share": round(killed / total, 4) if total else 1.0,
             "score": score(killed, total, equivalent),
-            "seconds": round(seconds), "survivors": listed}
+            "seconds": round(seconds), "commit": commit, "survivors": listed}
 
 
 def score(killed: int, mutants: int, equivalent: int) -> float:
