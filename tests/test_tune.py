@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,7 @@ WORKS = [GpuWork(flops_tf32=f, bytes=b, kernels=k) for f in (1e11, 1e12, 5e12, 2
          for b in (1e9, 2e10, 6e10, 2e11) for k in (10, 400)]
 
 
-def test_on_the_simulators_curves_the_search_is_mostly_within_5_percent_in_5_settings():
+def test_on_the_simulators_curves_the_search_is_within_5_percent_in_5_settings():
     """192 curves (3 models, ETS and EDP, 32 kinds of step): what the README's search figures say."""
     errors = []
     for model in ("H100", "A100", "V100"):
@@ -62,8 +63,24 @@ def test_on_the_simulators_curves_the_search_is_mostly_within_5_percent_in_5_set
                 assert measured <= 5
                 errors.append(curve[chosen] / min(curve) - 1)
     assert sum(errors) / len(errors) <= 0.005
-    assert sum(e <= 0.05 for e in errors) >= 0.95 * len(errors)
-    assert max(errors) <= 0.10
+    assert max(errors) <= 0.05
+
+
+def test_on_the_reference_workloads_every_curve_is_within_5_percent_in_5_settings():
+    """Their declared work (reference_workloads/declared_work.json) on every model with an energy
+    counter: 216 curves, with the H100's knee at 225 W, where a line through the lowest cap aims too far."""
+    declared = json.loads((Path(__file__).parent.parent / "reference_workloads" / "declared_work.json").read_text())
+    works = [GpuWork(**w) for kinds in declared["work"].values() for sizes in kinds.values() for w in sizes.values()]
+    misses = []
+    for model in ("H100", "A100", "V100"):
+        for metric in ("ets", "edp"):
+            for number, work in enumerate(works):
+                curve = model_curve(model, work, metric)
+                chosen, measured = search(curve)
+                assert measured <= 5
+                if curve[chosen] > 1.05 * min(curve):
+                    misses.append((model, metric, number, curve.index(min(curve)), chosen))
+    assert len(works) == 36 and misses == []
 
 
 def test_the_search_starts_at_both_ends_then_the_golden_points_and_stops_when_the_bracket_is_tight():
