@@ -35,7 +35,26 @@ class MeasurementError(GpuEnergyError):
     """The meter could not produce a trustworthy figure."""
 
 
-class GpuLostError(MeasurementError):
+class DeviceError(GpuEnergyError):
+    """A call into a GPU's library (NVML, AMD SMI) failed; the message names the GPU, the library
+    and the call. Each vendor's module (``gpu/nvidia.py``, ``gpu/amd.py``) translates its library's
+    errors into this family in one place, so nothing else in the package knows either library."""
+
+
+class DeviceNotSupported(DeviceError):
+    """This GPU or driver does not offer the reading or setting (an old GPU, a MIG slice, a VM)."""
+
+
+class DevicePermissionError(DeviceError):
+    """The library refused for lack of privileges (setting limits or clocks needs root)."""
+
+
+class DeviceTransientError(DeviceError):
+    """A busy or timed-out driver: still failing after the vendor module's retries; trying again
+    later may work."""
+
+
+class GpuLostError(MeasurementError, DeviceError):
     """The GPU stopped answering (fell off the bus) during the test."""
 
 

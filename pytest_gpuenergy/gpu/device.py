@@ -1,8 +1,15 @@
-"""GPU access through an NVML-compatible library: pynvml on real GPUs, the simulator elsewhere.
+"""The device boundary: one abstract ``Gpu`` that the meter, the knobs, the journals and the reports
+use, and the ``Backend`` that lists the GPUs every vendor library found.
 
-Everything here speaks NVML's units (mW, mJ) so that nothing is lost in conversion; the surface
-of the package speaks W and J. The same ``Gpu`` class drives a real GPU and a simulated one: the
-backend only decides which library object it is handed.
+Two libraries implement ``Gpu``: NVML (``nvidia.py``) and AMD SMI (``amd.py``); the simulator
+stands in for each at its own API (``sim/nvml.py``, ``sim/amdsmi.py``), so the code that drives a
+real GPU is the code that runs in CI. Nothing outside those two modules and ``sim/`` knows either
+library: their errors arrive here already translated into the package's own (``errors.DeviceError``
+and its kinds: lost GPU, no permission, not supported, a busy driver after retries).
+
+Units are in the names and are those the libraries are exact in: milliwatts and millijoules (the
+package's surface speaks W and J). The simulator's extras (declared work, its clock, waiting for
+its work) are on ``SimulatedBackend`` only; a real backend's hooks do what a real GPU needs.
 """
 
 from __future__ import annotations
@@ -10,46 +17,38 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-import pynvml
-
-from ..errors import BackendUnavailable, GpuLostError, GpuSelectionError
+from ..errors import BackendUnavailable, DeviceTransientError, GpuLostError, GpuSelectionError
 from ..fileio import user_state_dir
 from .specs import BACKEND_CHOICES
+
+Vendor = Literal["nvidia", "amd"]
+LibraryName = Literal["nvml", "amdsmi"]
+LIBRARY_LABELS = {"nvml": "NVML", "amdsmi": "AMD SMI"}      # as messages name them
 
 RETRY_ATTEMPTS = 4
 RETRY_BACKOFF_S = 0.2
 # The simulator's faults come and go with the number of calls, not with time: there is no busy
 # driver to wait for, so its retries pause only briefly (the tests of every fault path stay quick).
 SIM_RETRY_BACKOFF_S = 0.01
-# Errors worth another try (a busy driver); others (no permission, bad argument) will not change.
-TRANSIENT_ERRORS = (pynvml.NVMLError_Unknown, pynvml.NVMLError_Timeout)
 _T = TypeVar("_T")
 
-
-def retry_transient(action: Callable[[], _T], backoff_s: float) -> _T:
-    """``action()``, tried again with a growing pause after a transient NVML error (``Gpu.retry_backoff_s``)."""
-    for attempt in range(RETRY_ATTEMPTS):
-        try:
-            return action()
-        except TRANSIENT_ERRORS:
-            if attempt == RETRY_ATTEMPTS - 1:
-                raise
-            time.sleep(backoff_s * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+#: Which variable hides GPUs from the compute runtime, per library: CUDA for NVIDIA; for AMD the
+#: ROCm runtime's (``ROCR_VISIBLE_DEVICES`` is applied first, then HIP's, as ROCm documents).
+VISIBILITY_VARIABLES: dict[str, tuple[str, ...]] = {
+    "nvml": ("CUDA_VISIBLE_DEVICES",),
+    "amdsmi": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+}
 
 
 @dataclass(frozen=True)
 class PowerLimits:
-    """A GPU's power-management limits, in milliwatts as NVML reports them."""
+    """A GPU's power-management limits, in milliwatts."""
 
     current_mw: int
     enforced_mw: int
@@ -64,142 +63,198 @@ class PowerLimits:
         return f"{self.min_mw / 1000:g}-{self.max_mw / 1000:g} W"
 
 
-class Gpu:
-    """One GPU, addressed by its NVML index."""
+@runtime_checkable
+class SmClockLocking(Protocol):
+    """A GPU whose SM (graphics) clock can be locked (NVIDIA's, through NVML); ``isinstance(gpu,
+    SmClockLocking)`` tells the knob whether a GPU has it. Clocks are in MHz."""
 
-    def __init__(self, nvml: Any, index: int, backend: str) -> None:
-        self.nvml = nvml
+    def supported_sm_clocks_mhz(self) -> tuple[int, ...]:
+        """The SM clocks the GPU can be locked to (at its highest memory clock), highest first."""
+        ...
+
+    def sm_clock_mhz(self) -> int:
+        """The SM clock the GPU runs at now."""
+        ...
+
+    @property
+    def reads_clock_lock(self) -> bool:
+        """Whether the library can read a lock back (real NVML cannot; the simulator can)."""
+        ...
+
+    def sm_clock_lock_mhz(self) -> tuple[int, int] | None:
+        """The lock in place, None where there is none (only where ``reads_clock_lock``)."""
+        ...
+
+    def lock_sm_clock_mhz(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock the SM clock into ``[min_mhz, max_mhz]``."""
+        ...
+
+    def unlock_sm_clock(self) -> None:
+        """Hand the SM clock back to the driver's own management."""
+        ...
+
+
+def retry_transient(action: Callable[[], _T], backoff_s: float) -> _T:
+    """``action()``, tried again with a growing pause (``Gpu.retry_backoff_s``) after a busy driver
+    (``DeviceTransientError``: each vendor module decides which of its errors are that)."""
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            return action()
+        except DeviceTransientError:
+            if attempt == RETRY_ATTEMPTS - 1:
+                raise
+            time.sleep(backoff_s * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class OpenedLibrary:
+    """A vendor library that found GPUs: them, its driver's version, and how to shut it down."""
+
+    gpus: Sequence[Gpu]
+    driver_version: str
+    close: Callable[[], None]
+    cuda_driver_version: str | None = None
+
+
+class Gpu(ABC):
+    """One GPU: its identity, its energy counter and power, its power limits, its processes. ``index``
+    is the plugin's: NVIDIA GPUs first in NVML's order, then AMD GPUs in AMD SMI's.
+
+    Every method raises only the package's errors (``errors.DeviceError`` and its kinds). A GPU whose
+    SM clock can be locked is also an ``SmClockLocking``.
+    """
+
+    vendor: Vendor
+    library: LibraryName
+
+    def __init__(self, index: int, name: str, uuid: str, *, simulated: bool) -> None:
         self.index = index
-        self.backend = backend
-        self.simulated = backend == "sim"
-        self.retry_backoff_s = SIM_RETRY_BACKOFF_S if self.simulated else RETRY_BACKOFF_S
-        self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        self.name = _text(nvml.nvmlDeviceGetName(self.handle))
-        self.uuid = _text(nvml.nvmlDeviceGetUUID(self.handle))
-        self._has_counter: bool | None = None
-        self._power_source: str | None = None
-        self._mig: bool | None = None
+        self.name = name
+        self.uuid = uuid
+        self.simulated = simulated
+        self.retry_backoff_s = SIM_RETRY_BACKOFF_S if simulated else RETRY_BACKOFF_S
 
     def __repr__(self) -> str:
-        return f"Gpu({self.index}, {self.name!r})"
+        return f"{type(self).__name__}({self.index}, {self.name!r})"
 
     @property
     def label(self) -> str:
         return f"GPU {self.index} ({self.name})"
 
-    # -- limits --------------------------------------------------------------------------
-    def limits(self) -> PowerLimits:
-        nvml, handle = self.nvml, self.handle
-        low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
-        return PowerLimits(
-            current_mw=int(nvml.nvmlDeviceGetPowerManagementLimit(handle)),
-            enforced_mw=int(nvml.nvmlDeviceGetEnforcedPowerLimit(handle)),
-            default_mw=int(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)),
-            min_mw=int(low),
-            max_mw=int(high),
-        )
-
-    def current_limit_mw(self) -> int:
-        return int(self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle))
-
-    def enforced_limit_mw(self) -> int:
-        return int(self.nvml.nvmlDeviceGetEnforcedPowerLimit(self.handle))
-
-    def set_limit_mw(self, limit_mw: int) -> int:
-        """Set the limit with the v1 call (the v2 wrapper ignores errors); return what is enforced.
-
-        The caller compares the returned value with what it asked for: a GPU may enforce a
-        different limit than the one requested, and only reading back shows it.
-        """
-        self.nvml.nvmlDeviceSetPowerManagementLimit(self.handle, int(limit_mw))
-        return self.enforced_limit_mw()
-
-    # -- energy and power ------------------------------------------------------------------
-    def has_energy_counter(self) -> bool:
-        """Whether the cumulative energy counter works here (Volta and newer, not MIG)."""
-        if self._has_counter is None:
-            try:
-                self.energy_mj()
-                self._has_counter = True
-            except pynvml.NVMLError_NotSupported:
-                self._has_counter = False
-        return self._has_counter
-
-    def energy_mj(self) -> int:
-        try:
-            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
-        except pynvml.NVMLError_GpuIsLost:
-            raise self.lost_error() from None
-
-    def power_mw(self) -> int:
-        """Instant power: ``NVML_FI_DEV_POWER_INSTANT`` where supported, else ``GetPowerUsage``."""
-        try:
-            if self._power_source in (None, "instant"):
-                field = self.nvml.nvmlDeviceGetFieldValues(self.handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
-                if field.nvmlReturn == pynvml.NVML_SUCCESS:
-                    self._power_source = "instant"
-                    return int(field.value.uiVal)
-                self._power_source = "usage"
-            return int(self.nvml.nvmlDeviceGetPowerUsage(self.handle))
-        except pynvml.NVMLError_GpuIsLost:
-            raise self.lost_error() from None
+    @property
+    def backend(self) -> str:
+        """What results record as the GPU's backend: ``sim`` for a simulated GPU, else its library."""
+        return "sim" if self.simulated else self.library
 
     @property
+    def library_index(self) -> int:
+        """The GPU's index in its own library (what ``CUDA_VISIBLE_DEVICES`` or ``ROCR_VISIBLE_DEVICES`` count)."""
+        return self.index
+
+    # -- energy and power ----------------------------------------------------------------------
+    @abstractmethod
+    def has_energy_counter(self) -> bool:
+        """Whether a cumulative energy counter works here (the meter falls back to power sampling)."""
+
+    @abstractmethod
+    def energy_mj(self) -> int:
+        """The cumulative energy counter, in millijoules (raises ``DeviceNotSupported`` without one)."""
+
+    @property
+    @abstractmethod
+    def energy_resolution_mj(self) -> float:
+        """The smallest step of ``energy_mj`` the hardware counts (the library's own unit or finer)."""
+
+    @property
+    @abstractmethod
+    def counter_period_s(self) -> float:
+        """How often the library publishes a new counter value, nominally (the meter learns the exact lattice)."""
+
+    @abstractmethod
+    def power_mw(self) -> int:
+        """Power now, in milliwatts, from ``power_source``."""
+
+    @property
+    @abstractmethod
     def power_source(self) -> str:
-        """Which reading ``power_mw`` uses: "instant" (the field value) or "usage"."""
-        if self._power_source is None:
-            self.power_mw()
-        return self._power_source or "usage"
+        """Which reading ``power_mw`` uses (results record it): e.g. NVML's "instant" or "usage"."""
 
+    @property
+    @abstractmethod
+    def power_window_s(self) -> float:
+        """How long a window one ``power_mw`` reading averages, in seconds (what the vendor documents)."""
+
+    # -- limits --------------------------------------------------------------------------------
+    @abstractmethod
+    def limits(self) -> PowerLimits:
+        """Current, enforced, default, minimum and maximum power limit."""
+
+    @abstractmethod
+    def current_limit_mw(self) -> int:
+        """The limit set (what ``set_limit_mw`` changes and a restore puts back)."""
+
+    @abstractmethod
+    def enforced_limit_mw(self) -> int:
+        """The limit the GPU enforces (another power manager may hold it lower than the one set)."""
+
+    @abstractmethod
+    def set_limit_mw(self, limit_mw: int) -> int:
+        """Set the power limit; return the limit the GPU then enforces (read back: it may differ)."""
+
+    # -- processes, partitions ------------------------------------------------------------------
+    @abstractmethod
     def processes(self) -> list[int]:
-        """PIDs of the processes NVML sees running on this GPU (empty where it cannot tell)."""
-        try:
-            found = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NoPermission):
-            return []
-        return sorted({int(p.pid) for p in found})
+        """PIDs of the processes the library sees on this GPU (empty where it cannot tell)."""
 
+    @abstractmethod
     def mig_enabled(self) -> bool:
-        """Whether the GPU is split into MIG slices (asked once: changing it needs a GPU reset)."""
-        if self._mig is None:
-            try:
-                current, _pending = self.nvml.nvmlDeviceGetMigMode(self.handle)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-                current = None
-            self._mig = current == pynvml.NVML_DEVICE_MIG_ENABLE
-        return self._mig
+        """Whether the GPU is split into partitions whose energy the GPU counter does not separate."""
+
+    @property
+    def simulated_state_file(self) -> Path | None:
+        """A simulated GPU's state file (deleting it restarts the GPU at its defaults); None on real GPUs."""
+        return None
 
     def lost_error(self, while_doing: str = "") -> GpuLostError:
         """The one message for a GPU that stopped answering, whoever noticed it."""
         doing = f" while {while_doing}" if while_doing else ""
-        return GpuLostError(f"{self.label} is lost (NVML: GPU is lost){doing}: it fell off the bus or its driver reset")
+        return GpuLostError(f"{self.label} is lost ({LIBRARY_LABELS[self.library]}: GPU is lost){doing}: it fell "
+                            f"off the bus or its driver reset")
 
 
 class Backend:
-    """The NVML-compatible library in use, the GPUs it shows, and how to wait for GPU work."""
+    """The GPUs the vendor libraries found, as one plain list, and how to wait for GPU work.
 
-    def __init__(self, name: str, nvml: Any, state_dir: Path) -> None:
+    ``name``: ``nvml``, ``amdsmi``, ``nvml+amdsmi`` (a node with both), or ``sim``.
+    """
+
+    simulated = False
+
+    def __init__(self, name: str, gpus: Sequence[Gpu], state_dir: Path, *, driver_versions: dict[str, str],
+                 closers: Iterable[Callable[[], None]] = (), cuda_driver_version: str | None = None) -> None:
         self.name = name
-        self.nvml = nvml
-        self.simulated = name == "sim"
         self.state_dir = state_dir
-        self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
-        self.all_gpus = [Gpu(nvml, i, name) for i in range(nvml.nvmlDeviceGetCount())]
-        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if self.simulated and cuda_visible is not None and not _split(cuda_visible):
-            cuda_visible = None      # "" hides the host's GPUs from CUDA; simulated ones are none of them
-        self.visible_gpus = visible_gpus(self.all_gpus, cuda_visible)
-        # Region edges and NVML reads are timed on this clock: the simulator's own (virtual by
-        # default: its time moves with its work only), a monotonic one on real GPUs.
-        sim_clock = nvml.simClock() if self.simulated else None
-        self.clock: Callable[[], float] = sim_clock.now if sim_clock is not None else time.perf_counter
-        self.virtual_clock: Any = sim_clock if sim_clock is not None and sim_clock.virtual else None
-        self.recorders: Any = None       # the meter's per-GPU recorders, started on first use
+        self.driver_versions = dict(driver_versions)
+        self.cuda_driver_version = cuda_driver_version
+        self.all_gpus = list(gpus)
+        self.visible_gpus = visible_gpus(self.all_gpus, simulated=self.simulated)
+        self.clock: Callable[[], float] = time.perf_counter    # region edges and reads are timed on it
+        self.virtual_clock: Any = None      # a simulator's virtual clock (see ``SimulatedBackend``)
+        self.recorders: Any = None          # the meter's per-GPU recorders, started on first use
         self._closers: list[Callable[[], None]] = []
+        self._library_closers = list(closers)
+
+    @property
+    def driver_version(self) -> str:
+        """The driver version(s): one library's, or each library's after its name."""
+        if len(self.driver_versions) == 1:
+            return next(iter(self.driver_versions.values()))
+        return ", ".join(f"{library} {version}" for library, version in self.driver_versions.items())
 
     @property
     def label(self) -> str:
-        return "simulated GPUs (no real measurement)" if self.simulated else f"NVML, driver {self.driver_version}"
+        return ", ".join(f"{LIBRARY_LABELS.get(lib, lib)}, driver {version}" for lib, version in self.driver_versions.items())
 
     @property
     def lock_folder(self) -> Path:
@@ -207,17 +262,18 @@ class Backend:
         return self.state_dir / "locks"
 
     def select(self, spec: str | Sequence[str] | None) -> list[Gpu]:
-        """The GPUs ``--gpu-devices`` names (NVML indices as ``gpuenergy info`` prints them, or UUIDs)."""
+        """The GPUs ``--gpu-devices`` names (the plugin's indices as ``gpuenergy info`` prints them, or UUIDs)."""
         if not self.visible_gpus:
             raise GpuSelectionError(
-                "no GPU is visible: CUDA_VISIBLE_DEVICES hides all of them; unset it or name a GPU"
+                "no GPU is visible: CUDA_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES) hides all of "
+                "them; unset it or name a GPU"
             )
         items = _split(spec)
         if not items or items == ["all"]:
             return list(self.visible_gpus)
         chosen: list[Gpu] = []
         for item in items:
-            gpu = _match_gpu(self.visible_gpus, item)
+            gpu = _match_gpu(self.visible_gpus, item, by_library_index=False)
             if gpu is None:
                 known = ", ".join(f"{g.index} ({g.uuid})" for g in self.visible_gpus)
                 raise GpuSelectionError(f"--gpu-devices: no visible GPU matches {item!r}; visible GPUs: {known}")
@@ -225,40 +281,42 @@ class Backend:
                 chosen.append(gpu)
         return chosen
 
+    # -- hooks the meter and the session call; a real GPU needs only some ---------------------------
     def use(self, gpus: Iterable[Gpu]) -> None:
-        """Tell a simulated machine which GPUs this process's work runs on (no-op on NVML)."""
-        if self.simulated:
-            self.nvml.simUseDevices([gpu.index for gpu in gpus])
+        """The GPUs this process's work runs on from now (a real GPU's work goes where CUDA sends it)."""
+
+    def begin_test(self, test_id: str, gpus: Sequence[Gpu]) -> None:
+        """A test starts on ``gpus`` (the simulator starts a world of its own for it)."""
+
+    def set_workload_profile(self, compute_bound: float) -> None:
+        """How compute-bound the coming work is (only a simulated GPU needs to be told)."""
+
+    def count_cpu_work(self, counting: bool) -> None:
+        """Whether the process's CPU time stands for GPU work now (only on a simulated GPU)."""
+
+    def declare_work(self, work: Any) -> None:
+        """One step of declared GPU work was launched (a real GPU does the work itself)."""
+
+    def sim_settings(self) -> dict[str, Any] | None:
+        """The simulator's clock, seed and noise (what makes its figures repeat); None on real GPUs."""
+        return None
+
+    def sim_work_source(self) -> str | None:
+        """The simulator's ``declared`` or ``cpu-time`` (what stood for GPU work); None on real GPUs."""
+        return None
 
     def session_energy_mj(self, gpu: Gpu) -> float | None:
         """What the GPU's energy counter says now, for a total over a whole session (None without a
-        counter). Read directly, not at a publication: up to one period behind. The simulator
-        answers with its wall-clock model (``simWallEnergyMj``): its tests' own time is virtual."""
-        if self.simulated:
-            return float(self.nvml.simWallEnergyMj(gpu.handle))
+        counter). Read directly, not at a publication: up to one period behind."""
         if not gpu.has_energy_counter():
             return None
         return float(gpu.energy_mj())
 
-    def begin_test(self, test_id: str, gpus: Sequence[Gpu]) -> None:
-        """Simulator only: a test starts on ``gpus``, in a world of its own (``SimulatedNvml.simBeginTest``):
-        on the virtual clock the meter's recorders start afresh with it."""
-        if not self.simulated:
-            return
-        self.nvml.simBeginTest(test_id, [gpu.index for gpu in gpus])
-        if self.virtual_clock is not None and self.recorders is not None:
-            self.recorders.stop()
-
-    def set_workload_profile(self, compute_bound: float) -> None:
-        """Declare how compute-bound the coming work is; only the simulator needs to know."""
-        if self.simulated:
-            self.nvml.simSetWorkloadProfile(compute_bound)
-
     def synchronize(self) -> None:
-        """Wait until queued GPU work has finished, so a reading covers exactly that work."""
-        if self.simulated:
-            self.nvml.simSynchronize()
-            return
+        """Wait until queued GPU work has finished, so a reading covers exactly that work.
+
+        torch's ``cuda`` module is CUDA on NVIDIA and HIP on ROCm builds: one call waits for either.
+        """
         torch = sys.modules.get("torch")  # never import torch (1.8 s) just to wait for nothing
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             for device in range(torch.cuda.device_count()):
@@ -266,30 +324,9 @@ class Backend:
 
     def sleep_until(self, moment: float) -> None:
         """Wait until ``moment`` on :attr:`clock` (the meter aligns regions with publications)."""
-        if self.simulated:
-            self.nvml.simSleepUntil(moment)
-            return
         delay = moment - self.clock()
         if delay > 0:
             time.sleep(delay)
-
-    def count_cpu_work(self, counting: bool) -> None:
-        """Simulator only: whether the process's CPU time stands for GPU work (inside regions)."""
-        if self.simulated:
-            self.nvml.simCountCpuWork(counting)
-
-    def sim_settings(self) -> dict[str, Any] | None:
-        """Simulator: its clock, seed and noise (what makes its figures repeat); None on real GPUs."""
-        return self.nvml.simSettings() if self.simulated else None
-
-    def sim_work_source(self) -> str | None:
-        """Simulator: ``declared`` or ``cpu-time`` (what stood for GPU work); None on real GPUs."""
-        return self.nvml.simWorkSource() if self.simulated else None
-
-    def declare_work(self, work: Any) -> None:
-        """Simulator only: one step of declared GPU work was launched (no-op on real GPUs)."""
-        if self.simulated:
-            self.nvml.simDeclareWork(work)
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Call ``closer`` when the backend closes (the meter stops its recorder threads)."""
@@ -299,24 +336,109 @@ class Backend:
         closers, self._closers = self._closers, []
         for closer in reversed(closers):
             closer()
-        try:
-            self.nvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+        library_closers, self._library_closers = self._library_closers, []
+        for closer in library_closers:
+            closer()
 
 
-def visible_gpus(gpus: Sequence[Gpu], cuda_visible: str | None) -> list[Gpu]:
-    """The GPUs ``CUDA_VISIBLE_DEVICES`` lets CUDA see, in its order.
+class SimulatedBackend(Backend):
+    """The simulated machine: its NVIDIA GPUs through the simulated NVML, its AMD GPUs through the
+    simulated ``amdsmi``, and the simulator's extras (its clock, declared work, waiting for its work),
+    which both libraries offer over the same machine (``nvml`` here is the one this class calls)."""
 
-    NVML itself ignores the variable, so the plugin applies it: entries are NVML indices or
-    (prefixes of) UUIDs; like CUDA, parsing stops at the first entry that matches nothing.
-    Indices are NVML's PCI order: set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees.
+    simulated = True
+
+    def __init__(self, nvml: Any, gpus: Sequence[Gpu], amdsmi: Any = None) -> None:
+        self.nvml = nvml
+        self.amdsmi = amdsmi
+        super().__init__("sim", gpus, nvml.state_dir, driver_versions={"sim": "simulated"}, closers=[self._shutdown])
+        clock = nvml.simClock()
+        self.clock = clock.now
+        self.virtual_clock = clock if clock.virtual else None
+
+    @property
+    def label(self) -> str:
+        return "simulated GPUs (no real measurement)"
+
+    def _machine_indices(self, gpus: Iterable[Gpu]) -> list[int]:
+        return [getattr(gpu, "machine_index", gpu.index) for gpu in gpus]
+
+    def use(self, gpus: Iterable[Gpu]) -> None:
+        self.nvml.simUseDevices(self._machine_indices(gpus))
+
+    def begin_test(self, test_id: str, gpus: Sequence[Gpu]) -> None:
+        """A test starts in a world of its own (``SimulatedNvml.simBeginTest``): on the virtual clock
+        the meter's recorders start afresh with it."""
+        self.nvml.simBeginTest(test_id, self._machine_indices(gpus))
+        if self.virtual_clock is not None and self.recorders is not None:
+            self.recorders.stop()
+
+    def set_workload_profile(self, compute_bound: float) -> None:
+        self.nvml.simSetWorkloadProfile(compute_bound)
+
+    def count_cpu_work(self, counting: bool) -> None:
+        self.nvml.simCountCpuWork(counting)
+
+    def declare_work(self, work: Any) -> None:
+        self.nvml.simDeclareWork(work)
+
+    def sim_settings(self) -> dict[str, Any] | None:
+        return dict(self.nvml.simSettings())
+
+    def sim_work_source(self) -> str | None:
+        return str(self.nvml.simWorkSource())
+
+    def session_energy_mj(self, gpu: Gpu) -> float | None:
+        """The simulator's wall-clock model of the counter (``simWallEnergyMj``): its tests' own time is virtual."""
+        return float(self.nvml.simWallEnergyMj(getattr(gpu, "handle", None)))
+
+    def synchronize(self) -> None:
+        self.nvml.simSynchronize()
+
+    def sleep_until(self, moment: float) -> None:
+        self.nvml.simSleepUntil(moment)
+
+    def _shutdown(self) -> None:
+        if self.amdsmi is not None:
+            self.amdsmi.amdsmi_shut_down()
+        self.nvml.nvmlShutdown()
+
+
+def visible_gpus(gpus: Sequence[Gpu], variables: Mapping[str, str | None] | None = None, *,
+                 simulated: bool = False) -> list[Gpu]:
+    """The GPUs the compute runtimes may use: each library's GPUs filtered by its variable
+    (``VISIBILITY_VARIABLES``), NVIDIA's first.
+
+    The libraries themselves ignore the variables, so the plugin applies them: entries are the
+    library's indices or (prefixes of) UUIDs; like CUDA, parsing stops at the first entry that
+    matches nothing. For AMD, ``ROCR_VISIBLE_DEVICES`` picks first and ``HIP_VISIBLE_DEVICES``
+    indexes what it left. Indices are PCI order: set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees.
+    ``variables``: the environment (default ``os.environ``). A variable set to "" hides every GPU of its library; on the simulator it is ignored (CPU-only CI
+    jobs set it, and simulated GPUs stand in for none of the host's).
     """
-    if cuda_visible is None:
-        return list(gpus)
+    if variables is None:
+        variables = os.environ
     chosen: list[Gpu] = []
-    for item in _split(cuda_visible):
-        gpu = _match_gpu(gpus, item)
+    for library, names in VISIBILITY_VARIABLES.items():
+        mine = [g for g in gpus if g.library == library]
+        for name in names:
+            value = variables.get(name)
+            if value is None or (simulated and not _split(value)):
+                continue
+            mine = _visible(mine, value)
+        chosen += mine
+    return chosen
+
+
+def _visible(gpus: Sequence[Gpu], spec: str) -> list[Gpu]:
+    """The GPUs ``spec`` names, in its order: an index counts the GPUs left so far (as HIP's variable
+    indexes what ROCR's left), a UUID prefix names one."""
+    chosen: list[Gpu] = []
+    for item in _split(spec):
+        if item.isdigit():
+            gpu = gpus[int(item)] if int(item) < len(gpus) else None
+        else:
+            gpu = _match_gpu(gpus, item, by_library_index=True)
         if gpu is None:
             break
         if gpu not in chosen:
@@ -331,9 +453,9 @@ def _split(spec: str | Sequence[str] | None) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _match_gpu(gpus: Sequence[Gpu], item: str) -> Gpu | None:
+def _match_gpu(gpus: Sequence[Gpu], item: str, *, by_library_index: bool) -> Gpu | None:
     if item.isdigit():
-        return next((g for g in gpus if g.index == int(item)), None)
+        return next((g for g in gpus if (g.library_index if by_library_index else g.index) == int(item)), None)
     if item.startswith("GPU-") and len(item) > 4:
         matches = [g for g in gpus if g.uuid.startswith(item)]
         return matches[0] if len(matches) == 1 else None
@@ -341,32 +463,57 @@ def _match_gpu(gpus: Sequence[Gpu], item: str) -> Gpu | None:
 
 
 def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_seed: int | None = None) -> Backend:
-    """Open ``nvml``, ``sim``, or (``auto``) NVML where it finds a GPU that CUDA may use, and the
-    simulator otherwise.
+    """Open ``nvml``, ``amdsmi``, ``sim``, or (``auto``) every library that finds a GPU the compute
+    runtime may use, and the simulator where none does.
 
-    ``CUDA_VISIBLE_DEVICES=""`` (CPU-only CI jobs set it) hides every GPU from CUDA: ``auto`` then
-    takes the simulator, whose GPUs stand in for none of the host's and are not hidden by it.
+    ``CUDA_VISIBLE_DEVICES=""`` (CPU-only CI jobs set it; ``ROCR_VISIBLE_DEVICES=""`` for AMD) hides
+    that library's GPUs: ``auto`` then counts them as none found.
     ``sim_seed``: the simulator's seed (default: ``GPUENERGY_SIM_SEED``, else a random one).
     """
     if kind not in BACKEND_CHOICES:
         raise BackendUnavailable(f"unknown GPU backend {kind!r}: choose from {', '.join(BACKEND_CHOICES)}")
-    if kind in ("auto", "nvml"):
-        reason = _try_nvml(hidden_counts=kind == "auto")
-        if reason is None:
-            return Backend("nvml", pynvml, user_state_dir())
-        if kind == "nvml":
-            raise BackendUnavailable(
-                f"--gpu-backend=nvml: {reason}; install the NVIDIA driver, or use --gpu-backend=sim "
-                f"to run on simulated GPUs"
-            )
+    if kind == "sim":
+        return open_simulator(sim_state_dir, sim_seed)
+    from . import amd, nvidia
+
+    openers = {"nvml": nvidia.open_nvml, "amdsmi": amd.open_amdsmi}
+    found: dict[str, OpenedLibrary] = {}
+    reasons: dict[str, str] = {}
+    for library in (("nvml", "amdsmi") if kind == "auto" else (kind,)):
+        opened = openers[library](hidden_counts=kind == "auto", first_index=sum(len(o.gpus) for o in found.values()))
+        if isinstance(opened, str):
+            reasons[library] = opened
+        else:
+            found[library] = opened
+    if found:
+        gpus = [gpu for opened in found.values() for gpu in opened.gpus]
+        return Backend("+".join(found), gpus, user_state_dir(),
+                       driver_versions={library: opened.driver_version for library, opened in found.items()},
+                       closers=[opened.close for opened in found.values()],
+                       cuda_driver_version=found["nvml"].cuda_driver_version if "nvml" in found else None)
+    if kind != "auto":
+        install = {"nvml": "install the NVIDIA driver",
+                   "amdsmi": "install ROCm and its Python package (pip install 'pytest-gpuenergy[amd]')"}[kind]
+        raise BackendUnavailable(f"--gpu-backend={kind}: {reasons[kind]}; {install}, or use --gpu-backend=sim "
+                                 f"to run on simulated GPUs")
+    return open_simulator(sim_state_dir, sim_seed)
+
+
+def open_simulator(sim_state_dir: Path | None = None, sim_seed: int | None = None) -> SimulatedBackend:
+    """The simulated machine of ``GPUENERGY_SIM_GPUS`` (in ``GPUENERGY_SIM_STATE``): NVIDIA models
+    through the simulated NVML, AMD models through the simulated ``amdsmi``, NVIDIA's first."""
     from ..errors import SimStateError
     from ..sim.nvml import SimulatedNvml
     from ..sim.state import default_state_dir
+    from .amd import simulated_amd_gpus
+    from .nvidia import nvml_gpus
 
     state_dir = sim_state_dir if sim_state_dir is not None else default_state_dir()
     try:
         sim = SimulatedNvml(state_dir=state_dir, seed=sim_seed)
         sim.nvmlInit()
+        gpus: list[Gpu] = list(nvml_gpus(sim, simulated=True))
+        amdsmi, amd_gpus = simulated_amd_gpus(sim, first_index=len(gpus))
     except (SimStateError, ValueError) as exc:
         raise BackendUnavailable(f"the GPU simulator cannot start: {exc}") from None
     except OSError as exc:
@@ -375,23 +522,4 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_s
             f"{f' ({exc.filename})' if exc.filename else ''}; set GPUENERGY_SIM_STATE to a folder you can write"
         ) from None
     sim.simCountCpuWork(False)    # the CPU-time proxy counts inside a meter's regions only
-    return Backend("sim", sim, sim.state_dir)
-
-
-def _try_nvml(*, hidden_counts: bool = False) -> str | None:
-    """None if NVML works and shows a GPU, else why not. With ``hidden_counts``, GPUs that
-    ``CUDA_VISIBLE_DEVICES`` hides all of count as none found."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return f"NVML is not available ({exc})"
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-    except pynvml.NVMLError as exc:
-        pynvml.nvmlShutdown()
-        return f"NVML cannot count GPUs ({exc})"
-    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if count == 0 or (hidden_counts and cuda_visible is not None and not _split(cuda_visible)):
-        pynvml.nvmlShutdown()
-        return "NVML finds no GPU" if count == 0 else "CUDA_VISIBLE_DEVICES hides every GPU"
-    return None
+    return SimulatedBackend(sim, gpus + amd_gpus, amdsmi)

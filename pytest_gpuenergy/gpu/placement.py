@@ -160,7 +160,7 @@ def pin_current_device(held: Sequence[Gpu], all_gpus: Sequence[Gpu]) -> int | No
         return None
     from .device import visible_gpus
 
-    order = visible_gpus(all_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    order = [g for g in visible_gpus(all_gpus) if g.library == held[0].library]   # torch sees one vendor's
     if held[0] not in order:
         return None
     index = order.index(held[0])

@@ -25,7 +25,7 @@ from ..runs.validation import shown
 if TYPE_CHECKING:
     from .device import PowerLimits
 
-BACKEND_CHOICES = ("auto", "nvml", "sim")
+BACKEND_CHOICES = ("auto", "nvml", "amdsmi", "sim")
 
 
 def default_backend() -> str:

@@ -17,9 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pynvml
-
-from ..errors import MeasurementError
+from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from .defaults import DEFAULT_MIN_TIME_S
 from .integrate import RegionEnergy
@@ -65,8 +63,9 @@ class EnergyMeter:
         for gpu in gpus:
             if gpu.mig_enabled():
                 raise MeasurementError(
-                    f"{gpu.label} is in MIG mode: NVML cannot measure the energy of a MIG slice; "
-                    f"measure a whole GPU (disable MIG) or select another GPU with --gpu-devices"
+                    f"{gpu.label} is split into partitions (NVIDIA MIG, AMD compute partitions): its energy counter "
+                    f"cannot tell one slice's energy; measure a whole GPU (disable the partitioning) or select "
+                    f"another GPU with --gpu-devices"
                 )
         self.backend = backend
         self.gpus = list(gpus)
@@ -88,8 +87,10 @@ class EnergyMeter:
         registry = recorders_of(backend)
         try:
             self.recorders = [registry.of(gpu, slot) for slot, gpu in enumerate(self.gpus)]   # they start learning now
-        except pynvml.NVMLError as exc:
-            raise MeasurementError(f"reading the energy of {self.gpus[0].label} failed: NVML: {exc}") from None
+        except MeasurementError:          # a lost GPU
+            raise
+        except DeviceError as exc:
+            raise MeasurementError(f"reading the energy of {self.gpus[0].label} failed: {exc}") from None
         # On the simulator the process's CPU time stands for GPU work only inside this meter's
         # regions and warm-up calls: a test's setup and the meter's own work are not GPU work.
         backend.count_cpu_work(False)
@@ -365,8 +366,8 @@ class EnergyMeter:
                 gpu_index=gpu.index,
                 gpu_name=gpu.name,
                 gpu_uuid=gpu.uuid,
-                backend=self.backend.name,
-                simulated=self.backend.simulated,
+                backend=gpu.backend,
+                simulated=gpu.simulated,
                 method=recorder.method,
                 power_source=gpu.power_source if recorder.method == SAMPLING else None,
                 cap_label=context.label,

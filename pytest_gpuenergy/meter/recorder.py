@@ -23,9 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pynvml
-
-from ..errors import GpuLostError, MeasurementError
+from ..errors import DeviceError, GpuLostError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from .integrate import Read
 from .lattice import Bracket, Lattice, TickLearner
@@ -44,14 +42,12 @@ _TIGHT_ERROR_S = 0.0005          # ...and only one in _REFRESH_RARELY (the clock
 _REFRESH_EVERY = 4
 _REFRESH_RARELY = 16
 _KEEP_S = 30.0                   # reads older than this (and than any held region) are dropped
-_GIVE_UP_AFTER_S = 2.0           # NVML errors for this long in a row stop the recorder
+_GIVE_UP_AFTER_S = 2.0           # failed reads for this long in a row stop the recorder
 # On a simulator's virtual clock a new recorder first watches the idle GPU this long (no wall time,
 # about 10 ms of CPU, once per GPU: later tests start from a copy, see ``Recorders``), so that every
 # test's first region finds the lattice learned, as a session's later regions do on a real GPU,
 # whichever test comes first.
 VIRTUAL_WARM_UP_S = 0.6
-_INSTANT_POWER_WINDOW_S = 0.025  # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
-_AVERAGE_POWER_WINDOW_S = 1.0    # nvmlDeviceGetPowerUsage on Ampere and newer, except GA100
 
 
 @dataclass(frozen=True)
@@ -79,8 +75,8 @@ class Recorder:
         self.gpu = gpu
         self.clock = clock
         self.method = method
-        self.learner = TickLearner()
-        self.window_s = power_window_s(gpu) if method == SAMPLING else 0.0
+        self.learner = TickLearner(gpu.counter_period_s)
+        self.window_s = gpu.power_window_s if method == SAMPLING else 0.0
         limits = gpu.limits()
         self.max_limit_w = limits.max_mw / 1000.0
         self.error: BaseException | None = None
@@ -191,15 +187,14 @@ class Recorder:
         return self.gpu.power_mw()
 
     def _read(self) -> bool:
-        """One read; True if the value changed since the previous one. NVML errors are retried."""
+        """One read; True if the value changed since the previous one. A failed read is tried again at
+        the next one (for ``_GIVE_UP_AFTER_S``); a lost GPU ends the recorder."""
         started = self.clock()
         try:
             value = self._value()
-        except pynvml.NVMLError_GpuIsLost:
-            raise self.gpu.lost_error() from None
         except GpuLostError:
             raise
-        except pynvml.NVMLError as exc:
+        except DeviceError as exc:
             self._note_failure(started, exc)
             return False
         ended = self.clock()
@@ -222,7 +217,7 @@ class Recorder:
             self._failing_since = moment
         elif moment - self._failing_since > _GIVE_UP_AFTER_S:
             raise MeasurementError(f"reading the energy of {self.gpu.label} failed for over "
-                                   f"{_GIVE_UP_AFTER_S:g} s: NVML: {exc}")
+                                   f"{_GIVE_UP_AFTER_S:g} s: {exc}")
 
     def _trim(self, now: float) -> None:
         keep_from = min([now - _KEEP_S, *self._holds.values()])
@@ -352,22 +347,6 @@ class ThreadDriver(threading.Thread):
             return None
 
 
-def power_window_s(gpu: Gpu) -> float:
-    """How long a window one power reading of ``gpu`` averages (what NVIDIA documents).
-
-    The instant-power field averages 25 ms on A100/H100 (Yang et al., SC'24), and so does
-    ``nvmlDeviceGetPowerUsage`` up to GA100; on Ampere and newer except GA100 the latter is a 1 s
-    average (NVML documentation).
-    """
-    if gpu.power_source == "instant":
-        return _INSTANT_POWER_WINDOW_S
-    try:
-        capability = tuple(gpu.nvml.nvmlDeviceGetCudaComputeCapability(gpu.handle))
-    except Exception:  # an NVML without the call: assume the short window
-        return _INSTANT_POWER_WINDOW_S
-    return _AVERAGE_POWER_WINDOW_S if capability > (8, 0) else _INSTANT_POWER_WINDOW_S
-
-
 class PlanDriver:
     """Runs a recorder's plan on a simulator's virtual clock: woken at exactly the moments it asks for."""
 
@@ -466,7 +445,4 @@ def recorders_of(backend: Backend) -> Recorders:
 
 
 def _method_for(gpu: Gpu) -> str:
-    try:
-        return COUNTER if gpu.has_energy_counter() else SAMPLING
-    except pynvml.NVMLError_GpuIsLost:
-        raise GpuLostError(f"{gpu.label} is lost (NVML: GPU is lost)") from None
+    return COUNTER if gpu.has_energy_counter() else SAMPLING

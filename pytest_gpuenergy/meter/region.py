@@ -16,9 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pynvml
-
-from ..errors import MeasurementError
+from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
 from .lattice import Lattice
@@ -105,7 +103,7 @@ class Region:
             try:
                 limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
                 reading = resolve_reading(recorder, self.t0, self.t1, limit_w, wait=wait)
-            except (MeasurementError, pynvml.NVMLError) as exc:
+            except (MeasurementError, DeviceError) as exc:
                 first_error = first_error or as_measurement_error(recorder.gpu, exc)
                 continue
             if reading is None:
@@ -221,7 +219,7 @@ def resolve_reading(recorder: Recorder, t0: float, t1: float, limit_w: float, *,
             if final:
                 raise MeasurementError(
                     f"the energy counter of {recorder.gpu.label} published nothing around the region"
-                    + (f" (NVML: {recorder.last_error})" if recorder.last_error else "")
+                    + (f" ({recorder.last_error})" if recorder.last_error else "")
                 ) from None
             if not wait:
                 return None
@@ -258,9 +256,9 @@ def _check_moving(recorder: Recorder, reads: list, period: float) -> None:
 
 
 def other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
-    """Per GPU, the PIDs of other processes NVML lists on it.
+    """Per GPU, the PIDs of other processes its library (NVML, AMD SMI) lists on it.
 
-    Under a PID namespace (a container) NVML reports host PIDs, so this process's own PID may not
+    Under a PID namespace (a container) the library reports host PIDs, so this process's own PID may not
     be in the list; then one listed process is taken to be this one and only a second is "other".
     """
     me = os.getpid()
@@ -268,7 +266,7 @@ def other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
     for gpu in gpus:
         try:
             pids = set(gpu.processes())
-        except pynvml.NVMLError:
+        except DeviceError:
             pids = set()
         if me in pids:
             pids.discard(me)
@@ -279,11 +277,9 @@ def other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
 
 
 def as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
-    if isinstance(exc, MeasurementError):
+    if isinstance(exc, MeasurementError):      # a lost GPU's error among them
         return exc
-    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-        return gpu.lost_error()
-    return MeasurementError(f"reading the energy of {gpu.label} failed: NVML: {exc}")
+    return MeasurementError(f"reading the energy of {gpu.label} failed: {exc}")
 
 
 def current_limits(gpus: Sequence[Gpu]) -> CapContext:

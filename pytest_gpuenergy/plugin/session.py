@@ -17,9 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pynvml
-
-from ..errors import GpuEnergyError, LimitRestoreError, MeasurementError
+from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, select_budget
 from ..gpu.capping import PowerCap, PowerCapper
 from ..gpu.claims import Claim, claim_gpus, in_order
@@ -118,9 +116,9 @@ class EnergySession:
         """Open the backend and select GPUs; repair limits a dead run left changed."""
         try:
             self._start(repair)
-        except pynvml.NVMLError as exc:
+        except DeviceError as exc:
             self._abandon()
-            raise GpuEnergyError(f"reading the GPUs through {self.options.backend} NVML failed: {exc}") from None
+            raise GpuEnergyError(f"reading the GPUs through the {self.options.backend} backend failed: {exc}") from None
         except GpuEnergyError:      # also a journal entry that is damaged or not to be trusted
             self._abandon()
             raise
@@ -167,7 +165,7 @@ class EnergySession:
         backend = self._require_backend()
         try:
             return time.monotonic(), {gpu.uuid: backend.session_energy_mj(gpu) for gpu in self.gpus}
-        except pynvml.NVMLError:
+        except DeviceError:
             return time.monotonic(), {}
 
     def session_total(self) -> SessionTotal | None:
@@ -182,7 +180,8 @@ class EnergySession:
             return None
         total_j = sum(a - b for _, b, a in drawn if a is not None and b is not None) / 1000.0
         # Read directly, a counter is up to a period behind at each end: at most that much energy is missed or extra.
-        slack_j = sum(2 * 0.1 * self.limits[gpu.uuid].max_mw / 1000.0 for gpu, _, _ in drawn) if not self.backend.simulated else 0.0
+        slack_j = (sum(2 * gpu.counter_period_s * self.limits[gpu.uuid].max_mw / 1000.0 for gpu, _, _ in drawn)
+                   if not self.backend.simulated else 0.0)
         return SessionTotal(total_j, max(total_j - slack_j, 0.0), total_j + slack_j, ended - started, len(drawn),
                             self.backend.simulated)
 
@@ -245,8 +244,8 @@ class EnergySession:
             limits = self.limits[gpu.uuid]
             try:
                 method = "energy counter" if gpu.has_energy_counter() else f"power sampling ({gpu.power_source})"
-            except pynvml.NVMLError as exc:
-                method = f"energy reading fails (NVML: {exc})"
+            except DeviceError as exc:
+                method = f"energy reading fails ({exc})"
             lines.append(
                 f"  GPU {gpu.index}: {gpu.name}, limit {limits.current_mw / 1000:g} W "
                 f"(default {limits.default_mw / 1000:g} W, range {limits.range_text()}), {method}"
