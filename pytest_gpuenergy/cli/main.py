@@ -18,6 +18,7 @@ from ..gpu.specs import BACKEND_CHOICES, default_backend
 from .budgets import add_budgets_command
 from .compare import add_compare_commands
 from .history import add_history_command
+from .table import add_table_command
 from .tune import add_tune_command, split_pytest_args
 
 
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_commands(commands)  # compare, runs: they live with the comparison logic
     add_budgets_command(commands)
     add_history_command(commands)   # history: energy over the commits, change points and trends
+    add_table_command(commands)     # table: GPU models side by side, each at its default and best cap
     add_tune_command(commands)
     add_fleet_command(commands)     # fleet: the suite on every GPU model of a Ray cluster
     return parser
