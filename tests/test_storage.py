@@ -328,14 +328,8 @@ class _FakeGpu:
         return _Limits()
 
 
-class _FakeNvml:
-    @staticmethod
-    def nvmlSystemGetCudaDriverVersion() -> int:
-        return 12040
-
-
 class _FakeBackend:
-    name, simulated, driver_version, nvml = "sim", True, "550.54.15", _FakeNvml()
+    name, simulated, driver_version, cuda_driver_version = "sim", True, "550.54.15", "12.4"
 
 
 def test_machine_info_describes_the_gpus_without_importing_torch():

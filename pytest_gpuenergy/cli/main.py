@@ -62,14 +62,16 @@ def gpu_rows(backend: Backend) -> list[dict]:
             "index": gpu.index,
             "name": gpu.name,
             "uuid": gpu.uuid,
-            "backend": backend.name,
+            "backend": gpu.backend,
+            "vendor": gpu.vendor,          # nvidia, amd
+            "library": gpu.library,        # nvml, amdsmi: the library the plugin drives (the simulator standing in)
             "current_limit_w": limits.current_mw / 1000,
             "default_limit_w": limits.default_mw / 1000,
             "min_limit_w": limits.min_mw / 1000,
             "max_limit_w": limits.max_mw / 1000,
             "enforced_limit_w": limits.enforced_mw / 1000,
-            "simulated": backend.simulated,
-            "driver": backend.driver_version,
+            "simulated": gpu.simulated,
+            "driver": backend.driver_versions.get(gpu.library, backend.driver_version),
             **clock_fields(gpu),
         })
     return rows
@@ -88,7 +90,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"backend {backend.name}: {backend.label}")
     for row in rows:
         print(
-            f"GPU {row['index']}  {row['name']}  {row['uuid']}\n"
+            f"GPU {row['index']}  {row['name']}  {row['uuid']}  ({row['vendor']}, {row['library']})\n"
             f"      limit {row['current_limit_w']:g} W (enforced {row['enforced_limit_w']:g} W), "
             f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W\n"
             f"      {clock_line(row)}"

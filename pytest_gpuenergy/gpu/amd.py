@@ -18,7 +18,8 @@ documentation (rocm.docs.amd.com/projects/amdsmi, "Power Queries", "Power Contro
   micro-watts (an ``int``). AMD has no separate "enforced" limit: the cap read back is the one enforced.
 * ``amdsmi_get_power_info(h)``: ``current_socket_power`` (instantaneous, MI300), ``average_socket_power``
   (MI200 and older) and, from ROCm 7.0, ``socket_power``, in WATTS, or the string ``"N/A"`` where a
-  GPU lacks one: the first that answers is used and results record which (``power_source``).
+  GPU lacks one (the binding turns 0xFFFF into "N/A"): the first that answers, in that order, is used
+  and results record which (``power_source``).
 * Errors: ``AmdSmiLibraryException`` (``get_error_code()``; ``AmdSmiRetryException`` and
   ``AmdSmiTimeoutException`` derive from it) with AMD SMI's status codes, translated in ``translate``.
   A handle that was found and then reads ``NOT_FOUND`` is a lost GPU.
@@ -46,7 +47,9 @@ from .device import Gpu, OpenedLibrary, PowerLimits
 COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (gpu_metrics cached 1 ms; ROCm/ROCm#1649)
 CURRENT_POWER_WINDOW_S = 0.001  # current_socket_power: the last metrics sample
 AVERAGE_POWER_WINDOW_S = 1.0    # average_socket_power: amdgpu's averaged power, about a second (not documented by AMD SMI)
-_POWER_FIELDS = ("current_socket_power", "socket_power", "average_socket_power")
+# Which reading: the instantaneous one (MI300), else the average (MI200 and older), else ROCm 7's
+# ``socket_power`` (whichever of the two the GPU has).
+_POWER_FIELDS = ("current_socket_power", "average_socket_power", "socket_power")
 _POWER_SOURCES = {"current_socket_power": "current", "socket_power": "socket", "average_socket_power": "average"}
 
 # AMD SMI's status codes (amdsmi_wrapper.AMDSMI_STATUS_*; the same numbers in every release since 6.0).
@@ -58,7 +61,9 @@ STATUS_NO_PERM = 10
 STATUS_INTERRUPT = 11
 STATUS_BUSY = 30
 STATUS_NOT_FOUND = 31
-_TRANSIENT = (STATUS_TIMEOUT, STATUS_RETRY, STATUS_INTERRUPT, STATUS_BUSY)
+STATUS_UNKNOWN_ERROR = 0xFFFFFFFF
+# A busy or interrupted driver, and (as NVML's "Unknown Error" is here) an unknown error: worth another try.
+_TRANSIENT = (STATUS_TIMEOUT, STATUS_RETRY, STATUS_INTERRUPT, STATUS_BUSY, STATUS_UNKNOWN_ERROR)
 
 
 def translate(exc: Exception, gpu: Gpu | None = None) -> DeviceError:
@@ -217,17 +222,25 @@ class AmdGpu(Gpu):
         pids = {int(p["pid"]) if isinstance(p, dict) else int(getattr(p, "pid", p)) for p in found}
         return sorted(pids)
 
-    def mig_enabled(self) -> bool:
-        """AMD's compute partitions (CPX and the like) split a GPU as MIG does; SPX is the whole GPU."""
+    def unmeasurable_reason(self) -> str | None:
+        """The second die of an MI250X (a default cap of 0: its package's energy, power and cap are the
+        first die's), or a GPU split into compute partitions (CPX and the like; SPX is the whole GPU)."""
+        if self._cap_info()["default_power_cap"] == 0:
+            return ("is the second die of an MI250X: AMD SMI reports the package's energy and power on its first "
+                    "die (the GPU listed just before it), whose figures cover both dies; select that one with "
+                    "--gpu-devices")
         getter = getattr(self.amdsmi, "amdsmi_get_gpu_compute_partition", None)
         if getter is None:
-            return False
+            return None
         try:
             with self._translated(self):
-                mode = str(getter(self.handle))
+                mode = str(getter(self.handle)).strip()
         except DeviceNotSupported:
-            return False
-        return mode.upper() not in ("", "SPX", "N/A")
+            return None
+        if mode.upper() in ("", "SPX", "N/A"):
+            return None
+        return (f"is split into compute partitions ({mode}): AMD SMI's energy counter covers the whole GPU; measure "
+                f"it unpartitioned (SPX) or select another GPU with --gpu-devices")
 
     @property
     def simulated_state_file(self) -> Path | None:

@@ -208,8 +208,9 @@ class Gpu(ABC):
         """PIDs of the processes the library sees on this GPU (empty where it cannot tell)."""
 
     @abstractmethod
-    def mig_enabled(self) -> bool:
-        """Whether the GPU is split into partitions whose energy the GPU counter does not separate."""
+    def unmeasurable_reason(self) -> str | None:
+        """Why this GPU's own energy cannot be measured (a MIG slice, an AMD compute partition, the
+        second die of an MI250X), in words that follow its label and say what to do; None where it can."""
 
     @property
     def simulated_state_file(self) -> Path | None:

@@ -210,8 +210,8 @@ class NvmlGpu(Gpu):
             return []
         return sorted({int(p.pid) for p in found})
 
-    def mig_enabled(self) -> bool:
-        """Whether the GPU is split into MIG slices (asked once: changing it needs a GPU reset)."""
+    def unmeasurable_reason(self) -> str | None:
+        """A GPU in MIG mode (asked once: changing it needs a GPU reset): NVML has no energy per slice."""
         if self._mig is None:
             try:
                 with _translated(self):
@@ -219,7 +219,10 @@ class NvmlGpu(Gpu):
             except DeviceNotSupported:
                 current = None
             self._mig = current == pynvml.NVML_DEVICE_MIG_ENABLE
-        return self._mig
+        if not self._mig:
+            return None
+        return ("is in MIG mode: NVML cannot measure the energy of a MIG slice; measure a whole GPU (disable MIG) "
+                "or select another GPU with --gpu-devices")
 
     @property
     def simulated_state_file(self) -> Path | None:
@@ -253,7 +256,7 @@ def open_nvml(*, hidden_counts: bool = False, first_index: int = 0) -> OpenedLib
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
         return f"NVML cannot list its GPUs ({exc})"
-    return OpenedLibrary(gpus, driver, _shutdown, cuda_driver_version=_cuda_driver_version(pynvml))
+    return OpenedLibrary(gpus, driver, _shutdown, cuda_driver_version=cuda_driver_version(pynvml))
 
 
 def _shutdown() -> None:
@@ -261,10 +264,13 @@ def _shutdown() -> None:
         pynvml.nvmlShutdown()
 
 
-def _cuda_driver_version(nvml: Any) -> str | None:
-    """The CUDA version the driver supports, as ``12.4``, where NVML tells it."""
+def cuda_driver_version(nvml: Any) -> str | None:
+    """The CUDA version the driver supports, as ``12.4`` (NVML says 12040), where NVML tells it."""
+    getter = getattr(nvml, "nvmlSystemGetCudaDriverVersion", None)
+    if getter is None:
+        return None
     try:
-        version = int(nvml.nvmlSystemGetCudaDriverVersion())
-    except Exception:
+        version = int(getter())
+    except Exception:       # an NVML without the call, or an answer that is no number: not known
         return None
     return f"{version // 1000}.{version % 1000 // 10}"

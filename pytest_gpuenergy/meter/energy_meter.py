@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
@@ -61,12 +61,9 @@ class EnergyMeter:
         if not gpus:
             raise MeasurementError("no GPU to measure")
         for gpu in gpus:
-            if gpu.mig_enabled():
-                raise MeasurementError(
-                    f"{gpu.label} is split into partitions (NVIDIA MIG, AMD compute partitions): its energy counter "
-                    f"cannot tell one slice's energy; measure a whole GPU (disable the partitioning) or select "
-                    f"another GPU with --gpu-devices"
-                )
+            reason = gpu.unmeasurable_reason()
+            if reason is not None:
+                raise MeasurementError(f"{gpu.label} {reason}")
         self.backend = backend
         self.gpus = list(gpus)
         self.cap_context = cap_context or (lambda: None)
@@ -331,6 +328,8 @@ class EnergyMeter:
     def _learned_lattice(self, recorder: Recorder) -> Lattice | None:
         """The recorder's lattice once it is good enough to align to; a new recorder (the first
         region of a session) is given up to a second to learn it (the GPU idles meanwhile)."""
+        if not recorder.learns_lattice:       # a fast counter (AMD SMI's): every read is fresh, nothing to align to
+            return None
         clock = self.backend.clock
         give_up_at = clock() + _LEARNING_WAIT_S
         while True:

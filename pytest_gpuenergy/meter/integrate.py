@@ -103,29 +103,31 @@ def within_bound(estimate_j: float, low_j: float, high_j: float, notes: list[str
     return min(max(estimate_j, low_j), high_j)
 
 
-def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: bool) -> list[Publication]:
+def publications(reads: Sequence[Read], lattice: Lattice | None, *, repeats: bool,
+                 period_s: float = NOMINAL_PERIOD_S) -> list[Publication]:
     """The distinct publications ``reads`` saw, oldest first, each dated as tightly as they allow.
 
     ``repeats``: whether two publications in a row may carry the same value (power may; the energy
     counter always moves). A read the lattice dates to a tick that contradicts the reads around it
     (a changed value at the same tick, or an earlier one) is not dated by it: the bracket stands.
-    Publications come every period, so the value a read saw is at most a period old (half a period
-    more is allowed for the driver's jitter).
+    Publications come every period (the lattice's, else ``period_s``: the device's nominal one), so
+    the value a read saw is at most a period old (half a period more is allowed for the driver's jitter).
     """
-    found = _publications(reads, lattice, repeats)
+    found = _publications(reads, lattice, repeats, period_s)
     if lattice is not None and found is None:
         # A read dated by the lattice contradicts what the reads themselves show: the lattice is
         # off here by more than its error bound, so no date it gives can be trusted.
-        found = _publications(reads, None, repeats)
+        found = _publications(reads, None, repeats, period_s)
     assert found is not None
     return found
 
 
-def _publications(reads: Sequence[Read], lattice: Lattice | None, repeats: bool) -> list[Publication] | None:
+def _publications(reads: Sequence[Read], lattice: Lattice | None, repeats: bool,
+                  period_s: float) -> list[Publication] | None:
     """See :func:`publications`; None when the lattice contradicts the reads."""
     found: list[Publication] = []
     previous: Read | None = None
-    oldest_s = _STALEST_PERIODS * (lattice.period_s if lattice is not None else NOMINAL_PERIOD_S)
+    oldest_s = _STALEST_PERIODS * (lattice.period_s if lattice is not None else period_s)
     for read in reads:
         dated = lattice.tick_of_read(read.started, read.ended) if lattice is not None else None
         last = found[-1] if found else None
@@ -188,7 +190,7 @@ def _dated(publication: Publication, lattice: Lattice | None, dated: tuple[int, 
 
 def counter_energy(
     pubs: Sequence[Publication], t0: float, t1: float, *, ceiling_w: float, limit_w: float,
-    final: bool = False,
+    final: bool = False, period_s: float = NOMINAL_PERIOD_S,
 ) -> RegionEnergy:
     """ETS of [t0, t1] from dated counter publications (mJ), with a bound that holds the truth.
 
@@ -196,10 +198,11 @@ def counter_energy(
     with fewer than two publications inside, whose estimate needs the power after it), unless
     ``final``: then it makes do with what there is and says so. ``ceiling_w`` bounds what the GPU
     can draw at any moment (the bound rests on it); ``limit_w``, the limit it ran under, bounds the
-    estimate's mean power.
+    estimate's mean power. ``period_s``: the counter's nominal period (NVML 100 ms, AMD SMI 1 ms).
     """
     duration = t1 - t0
-    # The estimate rests on publications dated to within a fifth of a period; the bound on all of them.
+    # The estimate rests on publications dated to within a fifth of NVML's period (20 ms: a counter
+    # that publishes every millisecond dates every read to about that); the bound on all of them.
     dated = [p for p in pubs if p.latest - p.earliest <= 0.2 * NOMINAL_PERIOD_S]
     # One dated across an edge counts on the side of its middle: the bound allows for the rest.
     before = [p for p in dated if p.when <= t0]
@@ -207,13 +210,13 @@ def counter_energy(
     after = [p for p in dated if p.when >= t1]
     if not final and (not after or len(after) < 2 and (len(inside) < 2 or _tail_needs_power_after(inside[-1], after, t1))):
         raise NotYet
-    powers = _interval_powers_w(dated)
+    powers = _interval_powers_w(dated, period_s)
     ceiling_w = max(ceiling_w, max(powers, default=0.0) * 1.05)
     low_j, high_j = _counter_bound(pubs, t0, t1, ceiling_w)
     notes: list[str] = []
     if len(inside) >= 2:
         estimate_j, moved_j = _inside_estimate(inside, before, after, t0, t1, ceiling_w)
-        peak_w = max(_interval_powers_w(inside), default=_power_between(inside[0], inside[-1]))
+        peak_w = max(_interval_powers_w(inside, period_s), default=_power_between(inside[0], inside[-1]))
     elif before and after:
         estimate_j, peak_w, moved_j = _around_estimate(before, inside, after, t0, t1, ceiling_w)
     else:
@@ -360,12 +363,12 @@ def _power_between(a: Publication, b: Publication) -> float:
     return (b.value - a.value) / 1000.0 / max(b.when - a.when, 1e-9)
 
 
-def _interval_powers_w(pubs: Sequence[Publication]) -> list[float]:
+def _interval_powers_w(pubs: Sequence[Publication], period_s: float) -> list[float]:
     """The mean power between consecutive publications dated to within a tenth of their interval."""
     powers = []
     for a, b in zip(pubs, pubs[1:]):
         span = b.when - a.when
-        if span > 0.5 * NOMINAL_PERIOD_S and max(a.latest - a.earliest, b.latest - b.earliest) < 0.2 * span:
+        if span > 0.5 * period_s and max(a.latest - a.earliest, b.latest - b.earliest) < 0.2 * span:
             powers.append(_power_between(a, b))
     return powers
 

@@ -48,6 +48,11 @@ _GIVE_UP_AFTER_S = 2.0           # failed reads for this long in a row stop the 
 # test's first region finds the lattice learned, as a session's later regions do on a real GPU,
 # whichever test comes first.
 VIRTUAL_WARM_UP_S = 0.6
+# A counter that publishes this often (AMD SMI's, every millisecond) needs no lattice: any read sees a
+# value at most a period old. It is read at a steady pace instead (its reads date the region's edges
+# to about that pace, finer than a 100 ms counter's ticks), and no tick is chased every millisecond.
+FAST_COUNTER_PERIOD_S = 0.005
+FAST_COUNTER_READ_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -167,9 +172,17 @@ class Recorder:
         self._latency_s = max(late_s, 0.8 * self._latency_s)   # remember a late wake-up for a while
 
     # -- the plan ----------------------------------------------------------------------------------------
+    @property
+    def learns_lattice(self) -> bool:
+        """Whether this recorder dates publications by a learned lattice (not a fast counter's)."""
+        return not (self.method == COUNTER and self.gpu.counter_period_s <= FAST_COUNTER_PERIOD_S)
+
     def schedule(self) -> Iterator[float]:
         """Read, and yield when to be woken next; forever (the driver stops it)."""
         self._read()
+        while not self.learns_lattice:
+            yield self._step(FAST_COUNTER_READ_S)
+            self._read()
         while True:
             expected = self._expected_tick()
             if expected is not None and self.learner.confident(expected, max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)):

@@ -235,19 +235,25 @@ def _integrate(recorder: Recorder, reads: list, lattice: Any, t0: float, t1: flo
         check_monotonic(near, recorder.gpu.label)
         if final:
             _check_moving(recorder, [r for r in reads if r.started >= t0 - period], period)
-        pubs = publications(reads, lattice, repeats=False)
-        return counter_energy(pubs, t0, t1, ceiling_w=ceiling_w, limit_w=limit_w, final=final)
-    pubs = publications(reads, lattice, repeats=True)
+        pubs = publications(reads, lattice, repeats=False, period_s=period)
+        return counter_energy(pubs, t0, t1, ceiling_w=ceiling_w, limit_w=limit_w, final=final, period_s=period)
+    pubs = publications(reads, lattice, repeats=True, period_s=period)
     return sampled_energy(pubs, t0, t1, window_s=recorder.window_s, ceiling_w=ceiling_w, period_s=period, final=final)
 
 
 def _check_moving(recorder: Recorder, reads: list, period: float) -> None:
-    """A counter whose value has not changed for three of its periods, up to the latest read, is stuck."""
+    """A counter whose value has not changed for three of its periods, up to the latest read, is stuck.
+
+    The value is known to have stood from the end of the first read that saw it to the start of the
+    latest (a counter read seldom against its period, as AMD SMI's 1 ms one is, may have moved just
+    before a read that saw the new value)."""
     if len(reads) < 2:
         return
     last = reads[-1].value
-    unchanged_since = next((r.ended for r in reversed(reads) if r.value != last), reads[0].started)
-    watched = reads[-1].ended - unchanged_since
+    first = len(reads) - 1
+    while first > 0 and reads[first - 1].value == last:
+        first -= 1
+    watched = reads[-1].started - reads[first].ended
     if watched >= 3 * period:
         raise MeasurementError(
             f"the energy counter of {recorder.gpu.label} did not move for {watched:.3g} s although it updates "

@@ -30,7 +30,7 @@ def collect_machine_info(backend: Any, gpus: Iterable[Any]) -> dict[str, Any]:
         "backend": getattr(backend, "name", None),
         "simulated": bool(getattr(backend, "simulated", False)),
         "driver": getattr(backend, "driver_version", None),
-        "cuda_driver": _cuda_driver_version(backend),
+        "cuda_driver": getattr(backend, "cuda_driver_version", None),   # "12.4", from NVML (gpu/nvidia.py)
         "cuda": cuda,
         "torch": _distribution_version("torch"),
         "pytest_gpuenergy": _distribution_version("pytest-gpuenergy"),
@@ -51,19 +51,6 @@ def _gpu_info(gpu: Any) -> dict[str, Any]:
         max_limit_w=limits.max_mw / 1000,
     )
     return entry
-
-
-def _cuda_driver_version(backend: Any) -> str | None:
-    """The CUDA version the driver supports, as ``12.4``, where the NVML library tells it."""
-    nvml = getattr(backend, "nvml", None)
-    getter = getattr(nvml, "nvmlSystemGetCudaDriverVersion", None)
-    if getter is None:
-        return None
-    try:
-        version = int(getter())
-    except Exception:
-        return None
-    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def _distribution_version(name: str) -> str | None:
