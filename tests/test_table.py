@@ -122,7 +122,7 @@ def test_the_most_efficient_device_has_the_least_ets_at_its_best_even_when_anoth
     out = "\n".join(table_lines(table, 80))
     assert f"most efficient (simulated): H100 80GB HBM3 (sim) at 200 W, {winner.ahead_pct:.1f} % less ETS than " \
            f"Tesla V100-SXM2-32GB (sim) (beyond the noise)" in flat(out)
-    marked = [line for line in out.splitlines() if line.startswith("*  ")]
+    marked = [line for line in out.splitlines() if line.startswith("* ")]
     assert len(marked) == 1 and "H100" in marked[0]
 
 

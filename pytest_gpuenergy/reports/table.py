@@ -166,15 +166,15 @@ class DeviceTable:
                 f"on {models} GPU model{'s' if models != 1 else ''}")
         return text + (" (simulated and measured: MIXED)" if self.mixed else " (simulated)" if self.simulated else "")
 
-    def footnotes(self) -> list[str]:
-        """What every rendering says under the table, in words."""
+    def footnotes(self, mark: str = WINNER_MARK) -> list[str]:
+        """What every rendering says under the table, in words (``mark``: how it marks the most efficient)."""
         lines = ["default: the GPU's default power limit (a cap of default or 100 %, or an uncapped run at "
                  "that limit); best: the cap with the least mean ETS per call; saving: ETS saved at best "
                  "against default. ETS, T and EDP are means per call of the measured function"]
         if not all(row.default_measured for row in self.rows):
             lines.append("†: the default limit was not measured; the figures are at the highest cap measured")
         rank = "among measured devices, and apart among simulated ones" if self.mixed else "of the devices here"
-        lines.append(f"{WINNER_MARK}: the most efficient device for the workload, {rank}: the least ETS at its best setting")
+        lines.append(f"{mark}: the most efficient device for the workload, {rank}: the least ETS at its best setting")
         if self.simulated:
             lines.append(SIM_FOOTNOTE)
         return lines
@@ -375,16 +375,16 @@ def table_lines(table: DeviceTable, width: int) -> list[str]:
         rows = table.rows_of(workload)
         cells: list[list[str]] = []
         for r in rows:
-            cells.append([WINNER_MARK if table.is_winner(r) else "", r.device.label, r.device.vendor,
-                          _setting_text(r), *_pair(r, 0), ""])
-            cells.append(["", "", "", f"best {r.best.cap}", *_pair(r, 1), _saving(r)])
+            mark = WINNER_MARK if table.is_winner(r) else " "
+            cells.append([f"{mark} {r.device.label}", r.device.vendor, _setting_text(r), *_pair(r, 0), ""])
+            cells.append(["", "", f"best {r.best.cap}", *_pair(r, 1), _saving(r)])
         headers = []
         for column, (title, unit, _) in enumerate(_METRICS):
-            unit_text, shared = column_cells([float(c[4 + column]) for c in cells], unit)
+            unit_text, shared = column_cells([float(c[3 + column]) for c in cells], unit)
             headers.append(f"{title} {unit_text}".strip())
             for c, text in zip(cells, shared):
-                c[4 + column] = text
-        columns = (Column(""), Column("device", elide=True), Column("vendor", drop=1), Column("setting"),
+                c[3 + column] = text
+        columns = (Column("  device", elide=True), Column("vendor", drop=1), Column("setting"),
                    *(Column(h, right=True) for h in headers), Column("saving", right=True))
         lines += [""] + [elide(f"workload {names[workload]}", width, keep_start=True)] + fit_table(columns, cells, width)
         for winner in table.winners:
@@ -488,7 +488,7 @@ def table_html(table: DeviceTable) -> str:
     items += [f"Note: {escape(n)}" for n in table.notes]
     if items:
         body.append("<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>")
-    body += [f'<p class="note">{escape(line)}</p>' for line in table.footnotes()]
+    body += [f'<p class="note">{escape(line)}</p>' for line in table.footnotes("most efficient")]
     body.append('<p class="note">Runs: ' + escape("; ".join(f"{d.label} from {d.source}" for d in table.devices)) + "</p>")
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
