@@ -33,6 +33,11 @@ The rules, applied to the same samples:
   to at least the sample's min / max. Implemented here from that description (no asv code is
   used or copied); ties (probability 0 with continuous samples) are not given asv's conservative
   tie-breaking.
+* ``gate ets:T% with 10 saved runs`` -- the same decision as ``--energy-save`` runs give it: the case's
+  10 saved sessions (the baseline and 9 before it) estimate the noise between sessions and pool the
+  repetitions' spread (``gate/decide.py``); drawn at 2 % noise with no session effect (the z-test
+  limit's assumption) for detection and false alarms, and with sessions 1 % and 2 % apart (log sd)
+  for the false alarms a real machine's drift would cause.
 * ``z-test limit`` -- the best any rule can do: the one-sided z-test on the mean log-values with
   the noise variance KNOWN, at a 1 % false-alarm rate. By the Neyman-Pearson lemma no test whose
   false-alarm rate is at most 1 % detects the change more often (log-normal noise is normal on the
@@ -295,6 +300,34 @@ def evaluate_cell(old: np.ndarray, new: np.ndarray, gate_settings: Sequence[tupl
     return out
 
 
+HISTORY_RUNS = 10                       # saved runs the gate sees: 9 before the baseline, and the baseline
+HISTORY_NS = (3, 5, 7, 10)
+HISTORY_THRESHOLDS = (2, 3)
+SESSION_EFFECTS = (0.0, 0.01, 0.02)     # log sd of a whole session's mean (0: the z-test limit's own assumption)
+
+
+def with_history(seed: int, noise: float, n: int, trials: int, session_sd: float, change: float,
+                 thresholds: Sequence[int]) -> dict[int, np.ndarray]:
+    """The gate as ``--energy-save`` runs it: HISTORY_RUNS saved sessions of the case (the last is the
+    baseline) whose repetitions' spread is pooled and whose means give the session noise, then the new run."""
+    from pytest_gpuenergy.gate.records import SessionNoise
+
+    rng = np.random.default_rng([seed, int(round(noise * 10000)), n, int(round(session_sd * 10000)), 7])
+    sigma = math.sqrt(math.log1p(noise * noise))
+    mu = -0.5 * sigma * sigma
+    runs = BASE_ETS_J * np.exp(mu + sigma * rng.standard_normal((trials, HISTORY_RUNS + 1, n))
+                               + session_sd * rng.standard_normal((trials, HISTORY_RUNS + 1, 1)))
+    runs[:, -1, :] *= 1 + change
+    fails = {t: np.zeros(trials, dtype=bool) for t in thresholds}
+    for i in range(trials):
+        history = runs[i, :HISTORY_RUNS].tolist()
+        noise_estimate = SessionNoise.estimate(history)
+        for t in thresholds:
+            fails[t][i] = decide("ets", history[-1], runs[i, -1].tolist(), t, DEFAULT_CONFIDENCE,
+                                 noise_estimate).verdict == REGRESSION
+    return fails
+
+
 def rate(verdicts: np.ndarray) -> tuple[float, float]:
     """The fraction that failed and its binomial standard error."""
     p = float(np.mean(verdicts))
@@ -316,6 +349,8 @@ def parse_args(argv: Sequence[str] | None) -> Any:
                    help="trials per cell at 2 %% noise and n = 5 (default 20000; 4000 with --quick)")
     p.add_argument("--search-trials", type=int, default=None,
                    help="trials per cell of the search for the n that meets the goal (default 5000; 600 with --quick)")
+    p.add_argument("--history-trials", type=int, default=None,
+                   help="trials per cell of the gate with saved sessions (default 3000; 600 with --quick)")
     p.add_argument("--noises", type=lambda s: _list(s, float), default=NOISES, help="noise CVs, e.g. 0.01,0.02,0.05")
     p.add_argument("--ns", type=lambda s: _list(s, int), default=NS, help="repetitions a side, e.g. 3,5,10")
     p.add_argument("--search-ns", type=lambda s: _list(s, int), default=SEARCH_NS,
@@ -325,7 +360,8 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     args.trials = args.trials or trials
     args.headline_trials = args.headline_trials or headline
     args.search_trials = args.search_trials or search
-    for name in ("trials", "headline_trials", "search_trials"):
+    args.history_trials = args.history_trials or (600 if args.quick else 3000)
+    for name in ("trials", "headline_trials", "search_trials", "history_trials"):
         if getattr(args, name) < 2:
             p.error(f"--{name.replace('_', '-')} must be at least 2")
     if any(n < 2 for n in (*args.ns, *args.search_ns)):
@@ -424,6 +460,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for rule in rules if rule.family != "gate"},
         })
 
+    # -- with saved sessions: what --energy-save gives the gate -------------------------------------
+    history_rows: list[dict[str, Any]] = []
+    for n in HISTORY_NS:
+        for t in HISTORY_THRESHOLDS:
+            history_rows.append({"noise_cv": HEADLINE[0], "n": n, "threshold_pct": t, "confidence": DEFAULT_CONFIDENCE,
+                                 "saved_runs": HISTORY_RUNS, "trials": args.history_trials,
+                                 "z_test_limit_detection": z_test_limit(HEADLINE[0], n, GOAL_CHANGE)})
+        detected = with_history(args.seed, HEADLINE[0], n, args.history_trials, 0.0, GOAL_CHANGE, HISTORY_THRESHOLDS)
+        alarms = {sd: with_history(args.seed, HEADLINE[0], n, args.history_trials, sd, 0.0, HISTORY_THRESHOLDS)
+                  for sd in SESSION_EFFECTS}
+        for row in history_rows[-len(HISTORY_THRESHOLDS):]:
+            t = row["threshold_pct"]
+            row["detection"], row["detection_se"] = rate(detected[t])
+            row["false_alarm"], row["false_alarm_se"] = rate(alarms[0.0][t])
+            row["false_alarm_with_session_effect"] = {f"{sd:g}": rate(alarms[sd][t])[0] for sd in SESSION_EFFECTS if sd}
+    common.print_table(
+        ["n", "--energy-fail", "z-limit (+5%)", "detected (+5%)", "false alarms",
+         *[f"FA, sessions {sd:.0%} apart" for sd in SESSION_EFFECTS if sd]],
+        [[r["n"], f"ets:{r['threshold_pct']}%", fmt_rate(r["z_test_limit_detection"]), fmt_rate(r["detection"]),
+          fmt_rate(r["false_alarm"]), *[fmt_rate(v) for v in r["false_alarm_with_session_effect"].values()]]
+         for r in history_rows],
+        title=f"The gate with {HISTORY_RUNS} saved sessions (the baseline and 9 before it), noise {HEADLINE[0]:.0%}, "
+              f"{args.history_trials} trials a cell (simulated samples): the repetitions' spread pooled over them")
+    if headline["available"]:
+        headline["gate"] += [
+            {"setting": f"ets:{r['threshold_pct']}% with {HISTORY_RUNS} saved runs", "confidence": r["confidence"],
+             "false_alarm": r["false_alarm"], "false_alarm_se": r["false_alarm_se"], "detection": r["detection"],
+             "detection_se": r["detection_se"], "trials": r["trials"],
+             "false_alarm_with_session_effect": r["false_alarm_with_session_effect"],
+             "goal_met": r["false_alarm"] <= GOAL_FALSE_ALARM and r["detection"] >= GOAL_DETECTION}
+            for r in history_rows if r["n"] == HEADLINE[1]]
+        headline["goal_met"] = any(g["goal_met"] for g in headline["gate"])
+
     # -- how many repetitions the goal needs -----------------------------------------------------
     search_rows: list[dict[str, Any]] = []
     search_settings = [(0, DEFAULT_CONFIDENCE), (2, DEFAULT_CONFIDENCE), (3, DEFAULT_CONFIDENCE), (2, 0.95), (3, 0.95)]
@@ -514,6 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "headline": lines,
             "rows": rows,
             "operating_points": operating,
+            "with_history": history_rows,
             "n_search": {"noise_cv": HEADLINE[0], "change": GOAL_CHANGE, "rows": search_rows,
                          "first_n_meeting_goal": first_n, "z_test_first_n": z_n},
         },

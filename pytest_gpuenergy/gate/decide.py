@@ -54,6 +54,18 @@ carries one session effect, so ``se**2`` gains ``2 * s_b**2``, with ``k - 1`` de
 then sees within-run noise only, and the comparison says so. Save several baselines (k >= 3;
 the t quantile at 99 % is 31.8 for k = 2, 4.5 for k = 4 and 3.4 for k = 6).
 
+The repetitions' spread, pooled over the saved sessions
+-------------------------------------------------------
+With 3 to 5 repetitions a run's own spread is a poor estimate of the noise (4 degrees of freedom
+each side put t at 3.4 for 99 %), and most of the gap to the best possible test (the noise known:
+z = 2.33) is that uncertainty. The saved sessions of the case have measured the same spread many
+times over, so where they exist the gate pools the repetitions' squared CV over them (their
+degrees of freedom add up: 9 runs of 5 give 36) and uses it for both means. The new run joins the
+pool only when its own spread is not larger beyond chance (a one-sided F test at 1 %): a change
+that also makes the figures noisier keeps Welch's form on its side. On simulated samples at 2 %
+noise, n = 5 and +5 %, this raises detection from 73 % to about 88 % with 10 saved runs, at the
+same false-alarm rate (``benchmarks/detection_power.py``).
+
 The Student t quantile is computed in ``student_t.py`` (regularised incomplete beta, DLMF 8.17.22), so the
 plugin does not depend on SciPy.
 """
@@ -70,8 +82,12 @@ from ..metrics import METRIC_UNITS, METRICS
 from ..runs.records import CaseEntry
 from .records import THRESHOLD_ONLY, MetricChange, SessionNoise, sample_variance
 from .settings import DEFAULT_CONFIDENCE
-from .student_t import student_t_ppf
+from .student_t import f_sf, student_t_ppf
 from .verdicts import INCONCLUSIVE, UNDEFINED, Evidence, classify, confidence_text, inconclusive_hint, interval_text, pct_text
+
+# The new run's repetitions are pooled with the saved sessions' unless an F test says they are
+# noisier at this level (see _within_terms).
+NOISIER_P = 0.01
 
 
 def decide(
@@ -168,18 +184,36 @@ class _Spread:
 def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: float, new_mean: float,
                       confidence: float, session: SessionNoise | None = None) -> _Spread:
     """One-sided lower and upper bounds of new/old - 1 in per cent (Welch, delta method, session noise)."""
-    var_old = sample_variance([v / old_mean for v in old]) / len(old)     # cv**2 / n, scaled first: no overflow
-    var_new = sample_variance([v / new_mean for v in new]) / len(new)
+    cv2_old = sample_variance([v / old_mean for v in old])      # scaled first: no overflow
+    cv2_new = sample_variance([v / new_mean for v in new])
+    terms = _within_terms(cv2_old, len(old), cv2_new, len(new), session)
     var_sessions = 2.0 * session.variance if session is not None else 0.0
+    if session is not None:
+        terms.append((var_sessions, session.runs - 1))
+    total = sum(variance for variance, _ in terms)
     log_ratio = math.log(new_mean / old_mean)
-    se = math.sqrt(var_old + var_new + var_sessions)
-    dominates = var_sessions > var_old + var_new
-    if se == 0.0:   # no spread at all (a deterministic simulation): the bounds are the point
+    dominates = var_sessions > total - var_sessions
+    if total == 0.0:   # no spread at all (a deterministic simulation): the bounds are the point
         point = 100.0 * math.expm1(log_ratio)
         return _Spread(point, point, dominates)
-    df = (var_old + var_new + var_sessions) ** 2 / (
-        var_old ** 2 / (len(old) - 1) + var_new ** 2 / (len(new) - 1)
-        + (var_sessions ** 2 / (session.runs - 1) if session is not None else 0.0)
-    )
-    half = student_t_ppf(confidence, df) * se
+    df = total ** 2 / sum(variance ** 2 / dof for variance, dof in terms)      # Welch-Satterthwaite
+    half = student_t_ppf(confidence, df) * math.sqrt(total)
     return _Spread(100.0 * math.expm1(log_ratio - half), 100.0 * math.expm1(log_ratio + half), dominates)
+
+
+def _within_terms(cv2_old: float, old_n: int, cv2_new: float, new_n: int,
+                  session: SessionNoise | None) -> list[tuple[float, int]]:
+    """The repetitions' part of the log ratio's variance, as (variance, degrees of freedom) terms.
+
+    Without saved sessions each run's mean carries its own sample's spread (Welch). With them, the
+    spread pooled over the saved runs stands for the baseline's (the baseline is one of them), and
+    the new run's repetitions join the pool unless they are noisier than it beyond chance (the F
+    test at ``NOISIER_P``): then the new side keeps its own spread, so a noisier change cannot hide.
+    """
+    if session is None or session.within_df == 0 or session.within_cv2 <= 0.0:
+        return [(cv2_old / old_n, old_n - 1), (cv2_new / new_n, new_n - 1)]
+    if f_sf(cv2_new / session.within_cv2, new_n - 1, session.within_df) < NOISIER_P:
+        return [(session.within_cv2 / old_n, session.within_df), (cv2_new / new_n, new_n - 1)]
+    dof = session.within_df + new_n - 1
+    pooled = (session.within_df * session.within_cv2 + (new_n - 1) * cv2_new) / dof
+    return [(pooled * (1.0 / old_n + 1.0 / new_n), dof)]

@@ -58,10 +58,13 @@ class MetricChange:
 
 @dataclass(frozen=True)
 class SessionNoise:
-    """How much a session's mean of one case and metric moves between sessions (log scale)."""
+    """What the saved sessions of one case and metric say about its noise: how much a session's mean
+    moves between sessions (log scale), and the repetitions' own spread pooled over the sessions."""
 
     variance: float                # s_b**2 of the log of a session's mean
     runs: int                      # saved runs it was estimated from (its degrees of freedom: runs - 1)
+    within_cv2: float = 0.0        # the repetitions' squared CV, pooled over the saved runs
+    within_df: int = 0             # its degrees of freedom: the sum of (repetitions - 1) over the runs
 
     @property
     def cv(self) -> float:
@@ -79,10 +82,11 @@ class SessionNoise:
             return None
         means = [statistics.fmean(r) for r in usable]
         between = sample_variance([math.log(m) for m in means])
-        within = statistics.fmean(
-            sample_variance([v / m for v in r]) / len(r) if len(r) > 1 else 0.0 for r, m in zip(usable, means)
-        )
-        return cls(max(0.0, between - within), len(usable))
+        spreads = [sample_variance([v / m for v in r]) if len(r) > 1 else 0.0 for r, m in zip(usable, means)]
+        within = statistics.fmean(cv2 / len(r) for cv2, r in zip(spreads, usable))
+        within_df = sum(len(r) - 1 for r in usable)
+        pooled = sum((len(r) - 1) * cv2 for cv2, r in zip(spreads, usable)) / within_df if within_df else 0.0
+        return cls(max(0.0, between - within), len(usable), pooled, within_df)
 
 
 @dataclass(frozen=True)

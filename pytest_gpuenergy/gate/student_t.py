@@ -1,4 +1,5 @@
-"""Student's t distribution without SciPy: its CDF and quantiles, for the comparison's bounds.
+"""Student's t distribution without SciPy: its CDF and quantiles, for the comparison's bounds
+(and the F distribution's upper tail, for asking whether a run is noisier than its history).
 
 The plugin must not depend on SciPy (a large install on GPU boxes), and it needs only the
 quantile of t at a real, fractional number of degrees of freedom (Welch-Satterthwaite's). The
@@ -65,6 +66,17 @@ def _cornish_fisher(z: float, df: float) -> float:
     )
     guess = z + sum(term / df ** (k + 1) for k, term in enumerate(terms))
     return guess if guess > 0 and math.isfinite(guess) else max(z, 1.0)
+
+
+def f_sf(x: float, df1: float, df2: float) -> float:
+    """P(F > x) for Fisher's F with (``df1``, ``df2``) degrees of freedom: 1 - I_z(df1/2, df2/2),
+    z = df1 x / (df1 x + df2) (DLMF 8.17.1, Abramowitz and Stegun 26.6.2)."""
+    if df1 <= 0 or df2 <= 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df1} and {df2}")
+    if x <= 0:
+        return 1.0
+    scaled = df1 * x
+    return 1.0 - _betainc(df1 / 2, df2 / 2, scaled / (scaled + df2), df2 / (scaled + df2))
 
 
 def _student_t_pdf(t: float, df: float) -> float:
