@@ -41,6 +41,9 @@ WORK = ROOT / ".mutation"
 RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
 EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"      # one TOML file per package
 GOAL = 0.90
+# A wall-clock limit per test (pytest-timeout): mutmut limits a mutant's CPU time only, and a mutant
+# that makes a recorder thread wait forever uses none. A test past it fails: the mutant is killed.
+TEST_TIMEOUT_S = 120
 
 _METER = ["tests/test_integrate.py", "tests/test_meter.py"]
 # The knobs' own in-process tests (tests/test_capping.py, test_journal.py, test_clocks_knob.py,
@@ -183,7 +186,7 @@ def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Surviv
                      f"only_mutate = [{json.dumps(module)}]\n"
                      'also_copy = ["conftest.py", "reference_workloads/"]\n'
                      f"pytest_add_cli_args_test_selection = {json.dumps(tests_of(module))}\n"
-                     'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n')
+                     f'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout", "{TEST_TIMEOUT_S}"]\n')
     env = dict(os.environ, GPUENERGY_SIM_STATE=str(work / ".gpuenergy-sim"))
     done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=work, env=env,
                           capture_output=True, text=True)
