@@ -204,7 +204,7 @@ def gpu_result(
     return GpuResult(
         gpu_index=gpu_index, gpu_name=gpu_name, gpu_uuid=f"GPU-{gpu_index:08d}-{zlib.crc32(gpu_name.encode()):08x}",
         backend=backend, simulated=backend == "sim", method=method,
-        power_source=None if method == "counter" else "instant", cap_label=cap,
+        power_source=None if method == "counter" else "instant", cap=cap,
         limit_requested_w=limit_w, limit_enforced_w=limit_w, default_limit_w=default_w,
         repetitions=repetitions(ets * scale, time_s, n, noise, rng), notes=tuple(notes),
     )

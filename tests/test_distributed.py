@@ -87,7 +87,7 @@ def on_ranks(size: int, work: Callable[[RankGroup], Any]) -> list[Any]:
 
 def gpu_part(index: int, ets_j: float) -> GpuResult:
     return GpuResult(gpu_index=index, gpu_name="H100", gpu_uuid=f"GPU-{index}", backend="sim", simulated=True,
-                     method="counter", power_source=None, cap_label="current", limit_requested_w=None,
+                     method="counter", power_source=None, cap="current", limit_requested_w=None,
                      limit_enforced_w=700.0, default_limit_w=700.0,
                      repetitions=(Repetition(ets_j=ets_j, time_s=1.0, mean_power_w=ets_j, peak_power_w=ets_j),))
 

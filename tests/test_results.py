@@ -24,7 +24,7 @@ def rep(ets_j: float, time_s: float = 1.0, *, peak_w: float = 500.0, low_j: floa
 
 def gpu(index: int, *reps: Repetition, method: str = COUNTER, simulated: bool = True, backend: str = "sim") -> GpuResult:
     return GpuResult(gpu_index=index, gpu_name="H100", gpu_uuid=f"GPU-{index}", backend=backend, simulated=simulated,
-                     method=method, power_source="instant" if method == SAMPLING else None, cap_label="current",
+                     method=method, power_source="instant" if method == SAMPLING else None, cap="current",
                      limit_requested_w=None, limit_enforced_w=700.0, default_limit_w=700.0, repetitions=reps)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import StorageError
 from ..fileio import atomic_write_text
 from ..meter.results import EnergyResult
-from ..runs import LATEST
+from ..runs import LATEST, Outcome
 from ..runs.records import RunDocument
 from ..runs.store import RunStore, build_documents
 from .compare import baseline_comparison
@@ -53,7 +53,7 @@ class EnergyGate:
 
     def finish(self, cases: Sequence[tuple[str, EnergyResult]], *, machine: dict[str, Any],
                commit: dict[str, Any] | None, run_options: dict[str, Any],
-               outcomes: Mapping[str, str] | None = None,
+               outcomes: Mapping[str, Outcome] | None = None,
                update_run: Callable[[dict[str, Any]], None] | None = None) -> GateOutcome:
         """Compare, save and report the session's cases (``outcomes``: how each case's test ended;
         ``update_run``: changes a document's JSON before it is saved, the teams' hook)."""

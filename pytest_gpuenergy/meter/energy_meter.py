@@ -24,7 +24,7 @@ from .integrate import RegionEnergy
 from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
-from .results import EnergyResult, GpuResult, Repetition
+from .results import BackendName, EnergyResult, GpuResult, PowerSource, Repetition
 
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
@@ -365,16 +365,16 @@ class EnergyMeter:
                 gpu_index=gpu.index,
                 gpu_name=gpu.name,
                 gpu_uuid=gpu.uuid,
-                backend=gpu.backend,
+                backend=cast(BackendName, gpu.backend),     # the device interface types it as a str
                 simulated=gpu.simulated,
                 method=recorder.method,
-                power_source=gpu.power_source if recorder.method == SAMPLING else None,
-                cap_label=context.label,
+                power_source=cast(PowerSource, gpu.power_source) if recorder.method == SAMPLING else None,
+                cap=context.label,
                 limit_requested_w=context.requested_w.get(gpu.uuid),
                 limit_enforced_w=context.enforced_w[gpu.uuid],
                 default_limit_w=context.default_w[gpu.uuid],
                 repetitions=tuple(reps),
-                clock_label=context.clock_label,
+                clock_cap=context.clock_label,
                 sm_clock_cap_mhz=context.sm_clock_cap_mhz.get(gpu.uuid),
             ))
         if self._group is not None:

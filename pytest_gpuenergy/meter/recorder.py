@@ -27,7 +27,7 @@ from ..errors import DeviceError, GpuLostError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from .integrate import Read
 from .lattice import Bracket, Lattice, TickLearner
-from .results import COUNTER, SAMPLING
+from .results import COUNTER, SAMPLING, Method
 
 POLL_S = 0.0005                  # polling step near an expected counter tick while learning
 _REFRESH_POLL_S = 0.001          # ...and while refreshing a known lattice (fewer wake-ups; many brackets still narrow it)
@@ -76,7 +76,7 @@ class Recorder:
     reads, whatever the host is doing).
     """
 
-    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: str, seed: int | str | None = None) -> None:
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: Method, seed: int | str | None = None) -> None:
         self.gpu = gpu
         self.clock = clock
         self.method = method
@@ -457,5 +457,5 @@ def recorders_of(backend: Backend) -> Recorders:
     return existing
 
 
-def _method_for(gpu: Gpu) -> str:
+def _method_for(gpu: Gpu) -> Method:
     return COUNTER if gpu.has_energy_counter() else SAMPLING

@@ -10,12 +10,18 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-COUNTER = "counter"
-SAMPLING = "sampling"
+BackendName = Literal["nvml", "amdsmi", "sim"]     # the library that read the GPU (the simulator standing in)
+Method = Literal["counter", "sampling"]             # the GPU's energy counter, or its power readings integrated
+PowerSource = Literal["instant", "usage"]           # sampling: the instant-power field, or the averaged usage
+BACKENDS: Final = ("nvml", "amdsmi", "sim")
+COUNTER: Final = "counter"
+SAMPLING: Final = "sampling"
+METHODS: Final = (COUNTER, SAMPLING)
+POWER_SOURCES: Final = ("instant", "usage")
 COARSE_SHARE = 0.05
 
 
@@ -35,6 +41,18 @@ class Repetition:
     @property
     def edp_js(self) -> float:
         return self.ets_j * self.time_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ets_j": finite_or_none(self.ets_j),
+            "time_s": finite_or_none(self.time_s),
+            "edp_js": finite_or_none(self.edp_js),
+            "mean_power_w": finite_or_none(self.mean_power_w),
+            "peak_power_w": finite_or_none(self.peak_power_w),
+            "calls": self.calls,
+            "ets_low_j": finite_or_none(self.ets_low_j),
+            "ets_high_j": finite_or_none(self.ets_high_j),
+        }
 
     @classmethod
     def of_region(cls, ets_j: float, low_j: float, high_j: float, peak_power_w: float, duration_s: float,
@@ -164,22 +182,27 @@ class _SummaryFigures:
 
 @dataclass(frozen=True)
 class GpuResult(_SummaryFigures):
-    """One GPU's part of a measurement, with everything needed to interpret it later."""
+    """One GPU's part of a measurement, with everything needed to interpret it later.
+
+    This is the one record of a GPU's figures: the meter makes it, a run document keeps it (a
+    saved case, ``runs.records.CaseEntry``, is one of these placed in its run) and ``to_json`` is
+    its form there.
+    """
 
     gpu_index: int
     gpu_name: str
     gpu_uuid: str
-    backend: str                     # "nvml" or "sim"
+    backend: BackendName
     simulated: bool
-    method: str                      # "counter" or "sampling"
-    power_source: str | None         # for sampling: "instant" (field value) or "usage"
-    cap_label: str                   # "150W", "60%", "min", or "current" when nothing was changed
+    method: Method
+    power_source: PowerSource | None  # for sampling: which reading; None for the counter
+    cap: str                         # the cap's label: "150W", "60%", "min", or "current" when nothing was changed
     limit_requested_w: float | None  # None when the test did not ask for a cap
     limit_enforced_w: float
     default_limit_w: float
     repetitions: tuple[Repetition, ...]
     notes: tuple[str, ...] = ()
-    clock_label: str | None = None         # the SM clock cap ("1200MHz", "clk50%"); None: clocks not capped
+    clock_cap: str | None = None           # the SM clock cap's label ("1200MHz", "clk50%"); None: clocks not capped
     sm_clock_cap_mhz: float | None = None  # the locked SM clock's upper end the GPU enforced
     host: str | None = None          # torch.distributed: the host of the rank that measured this GPU
     rank: int | None = None          # ...and its global rank (None outside a process group)
@@ -187,6 +210,35 @@ class GpuResult(_SummaryFigures):
     @cached_property
     def summary(self) -> Summary:
         return Summary.of(self.repetitions)
+
+    def samples(self, field_name: str) -> list[float]:
+        """Per-repetition values of ``ets_j``, ``time_s`` or ``edp_js``."""
+        return [float(getattr(rep, field_name)) for rep in self.repetitions]
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a run document keeps them (``docs/run-format.md``); ``summary`` is for
+        readers of the file, the repetitions are the data."""
+        clock = {} if self.clock_cap is None else {"clock_cap": self.clock_cap,
+                                                   "sm_clock_cap_mhz": finite_or_none(self.sm_clock_cap_mhz)}
+        return {
+            "cap": self.cap,
+            "gpu_index": self.gpu_index,
+            "gpu_name": self.gpu_name,
+            "gpu_uuid": self.gpu_uuid,
+            "backend": self.backend,
+            "simulated": self.simulated,
+            "method": self.method,
+            "power_source": self.power_source,
+            "limit_requested_w": finite_or_none(self.limit_requested_w),
+            "limit_enforced_w": finite_or_none(self.limit_enforced_w),
+            "default_limit_w": finite_or_none(self.default_limit_w),
+            "repetitions": [rep.to_json() for rep in self.repetitions],
+            "summary": {k: finite_or_none(v) for k, v in asdict(self.summary).items()},
+            "notes": list(self.notes),
+            **clock,
+            "host": self.host,
+            "rank": self.rank,
+        }
 
 
 @dataclass(frozen=True)
@@ -241,3 +293,10 @@ class EnergyResult(_SummaryFigures):
             f"mean {self.mean_power_w:.4g} W, peak {self.peak_power_w:.4g} W, n={self.n} "
             f"({origin}, {self.method})"
         )
+
+
+def finite_or_none(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined figure is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -24,7 +24,7 @@ import pytest
 from ..errors import BudgetError, GpuEnergyError, SettingError
 from ..gpu import signals
 from ..gpu.placement import Placement
-from ..runs import PASSED
+from ..runs import PASSED, Outcome
 from ..runs.ids import test_key
 from ..sim.seed import session_seed
 from . import knobs
@@ -429,10 +429,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     return report
 
 
-def _outcome_of(report: pytest.TestReport) -> str:
+def _outcome_of(report: pytest.TestReport) -> Outcome:
     if hasattr(report, "wasxfail"):
         return "xfailed" if report.skipped else "xpassed"
-    return PASSED if report.passed else str(report.outcome)
+    return PASSED if report.passed else report.outcome
 
 
 # -- the end of the session: pytest-xdist workers hand their results to the controller --------------

@@ -31,7 +31,7 @@ from ..meter import CapContext, EnergyMeter
 from ..meter.distributed import current_group
 from ..meter.region import PendingResult
 from ..meter.results import EnergyResult, GpuResult
-from ..runs import PASSED
+from ..runs import PASSED, Outcome
 from ..runs.ids import node_id_of, split_region
 from ..runs.records import CaseEntry
 from .markers import NOTHING_MEASURED
@@ -46,7 +46,7 @@ class CaseRecord:
 
     test_id: str
     results: list[PendingResult] = field(default_factory=list)
-    outcome: str = PASSED
+    outcome: Outcome = PASSED
 
     @property
     def merged(self) -> EnergyResult:
@@ -430,12 +430,12 @@ class EnergySession:
         return [case_id for case_id, record in self.cases.items()
                 if any(p.resolved and not _failed(p) and p.resolve().coarse for p in record.results)]
 
-    def set_outcome(self, test_id: str, outcome: str) -> None:
+    def set_outcome(self, test_id: str, outcome: Outcome) -> None:
         """How the test ended, for all of its cases (``runs.records.OUTCOMES``)."""
         for case in self.cases_of(test_id):
             case.outcome = outcome
 
-    def outcomes(self) -> dict[str, str]:
+    def outcomes(self) -> dict[str, Outcome]:
         return {case_id: record.outcome for case_id, record in self.cases.items()}
 
     def export_cases(self) -> str:
@@ -451,7 +451,7 @@ class EnergySession:
         for case_id, data in json.loads(exported):
             entries = [CaseEntry.from_json(entry, "a pytest-xdist worker's results") for entry in data]
             record = self._case(case_id)
-            record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entry.to_gpu_result() for entry in entries))))
+            record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entries))))
             record.outcome = entries[0].outcome if entries else PASSED
 
     def junit_properties(self, test_id: str) -> list[tuple[str, object]]:
@@ -469,7 +469,7 @@ class EnergySession:
                 properties += [
                     (f"{prefix}.ets_j", round(summary.ets_j, 6)), (f"{prefix}.time_s", round(summary.time_s, 6)),
                     (f"{prefix}.edp_js", round(summary.edp_js, 6)), (f"{prefix}.mean_power_w", round(summary.mean_power_w, 3)),
-                    (f"{prefix}.n", summary.n), (f"{prefix}.cap", gpu.cap_label),
+                    (f"{prefix}.n", summary.n), (f"{prefix}.cap", gpu.cap),
                     (f"{prefix}.limit_enforced_w", gpu.limit_enforced_w), (f"{prefix}.gpu", gpu.gpu_name),
                     (f"{prefix}.gpu_index", gpu.gpu_index),
                     (f"{prefix}.method", gpu.method), (f"{prefix}.simulated", gpu.simulated),
@@ -524,7 +524,7 @@ class EnergySession:
         where = f"; budget from {budget.source}" if budget.source else ""
         return (
             f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)}{bound} "
-            f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap_label} "
+            f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap} "
             f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)}{where})"
         )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..gate.records import Comparison
 from ..meter.results import EnergyResult
-from ..runs import PASSED
+from ..runs import PASSED, Outcome
 from ..runs.records import CaseEntry, RunDocument
 from .digest import (
     CHANGE_COLUMNS,
@@ -274,7 +274,7 @@ def run_lines(doc: RunDocument, width: int | None = None) -> list[str]:
 
 
 def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None = None,
-                  outcomes: Mapping[str, str] | None = None) -> list[str]:
+                  outcomes: Mapping[str, Outcome] | None = None) -> list[str]:
     """The session's measured cases (``(case id, EnergyResult)``, ``outcomes`` by case id) as results lines."""
     outcomes = outcomes or {}
     entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED))
@@ -341,7 +341,7 @@ def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int,
         return lines
     lines.append(f"the {len(heaviest)} cases that used the most energy:")
     base = total.ets_j if total is not None else measured_j
-    rows = [[case_id, result.per_gpu[0].cap_label, si(energy, "J"), f"{si(low, 'J')}-{si(high, 'J')}", _share(energy, base),
+    rows = [[case_id, result.per_gpu[0].cap, si(energy, "J"), f"{si(low, 'J')}-{si(high, 'J')}", _share(energy, base),
              str(sum(rep.calls for rep in result.repetitions))]
             for energy, low, high, case_id, result in heaviest]
     columns = (Column("test", elide=True), Column("cap", drop=3), Column("energy", right=True),

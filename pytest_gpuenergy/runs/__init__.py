@@ -4,7 +4,10 @@ The names a user types for runs live here, where reading them (every pytest star
 help) loads nothing else of the package.
 """
 
+from typing import Final, Literal
+
 DEFAULT_STORAGE = ".energy"      # the storage folder, in the rootdir
 LATEST = "latest"                # the baseline: per case, the latest saved run that has it
-PASSED = "passed"
-OUTCOMES = (PASSED, "failed", "error", "skipped", "xfailed", "xpassed")   # how pytest reports a test
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]   # how pytest reports a test
+PASSED: Final = "passed"
+OUTCOMES: Final[tuple[Outcome, ...]] = (PASSED, "failed", "error", "skipped", "xfailed", "xpassed")

@@ -7,14 +7,16 @@ import os
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from ..errors import JsonInputError, StorageError
-from ..meter.results import Repetition
+from ..meter.results import BACKENDS, METHODS, POWER_SOURCES, Repetition
 from . import OUTCOMES, PASSED
 from .ids import node_id_of
 from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none
 from .validation import figure_problem, parse_json, shown
+
+_C = TypeVar("_C", bound=str)
 
 # -- reading -------------------------------------------------------------------------------------
 
@@ -98,8 +100,8 @@ class DocumentReader:
             raise self.fail(f"{where}.repetitions", "is empty; a case has at least one repetition")
         case_id = self.text(data, "case_id", where)
         power_source = data.get("power_source")
-        if power_source is not None and not isinstance(power_source, str):
-            raise self.fail(f"{where}.power_source", "must be a string or null")
+        if power_source is not None and power_source not in POWER_SOURCES:
+            raise self.fail(f"{where}.power_source", f"must be one of {', '.join(POWER_SOURCES)} or null, got {shown(power_source)}")
         index = data.get("gpu_index")
         if isinstance(index, bool) or not isinstance(index, int):
             raise self.fail(f"{where}.gpu_index", f"must be a whole number, got {shown(index)}")
@@ -114,9 +116,7 @@ class DocumentReader:
             raise self.fail(f"{where}.rank", f"must be a whole number >= 0 or null, got {shown(rank)}")
         if host is not None and not isinstance(host, str):
             raise self.fail(f"{where}.host", f"must be a string or null, got {shown(host)}")
-        outcome = data.get("outcome", PASSED)
-        if outcome not in OUTCOMES:
-            raise self.fail(f"{where}.outcome", f"must be one of {', '.join(OUTCOMES)}, got {shown(outcome)}")
+        outcome = self.choice(data, "outcome", where, OUTCOMES, default=PASSED)
         return CaseEntry(
             case_id=case_id,
             test=test if isinstance(test := data.get("test"), str) else node_id_of(case_id),
@@ -124,9 +124,9 @@ class DocumentReader:
             gpu_index=index,
             gpu_name=self.text(data, "gpu_name", where),
             gpu_uuid=self.text(data, "gpu_uuid", where),
-            backend=self.text(data, "backend", where),
+            backend=self.choice(data, "backend", where, BACKENDS),
             simulated=self.flag(data, "simulated", where),
-            method=self.text(data, "method", where),
+            method=self.choice(data, "method", where, METHODS),
             power_source=power_source,
             limit_requested_w=self.number(data, "limit_requested_w", where, optional=True),
             limit_enforced_w=self.number(data, "limit_enforced_w", where),
@@ -165,6 +165,14 @@ class DocumentReader:
         if not isinstance(value, str) or not value:
             raise self.fail(_at(where, key), f"must be a non-empty string, got {shown(value)}")
         return value
+
+    def choice(self, data: dict, key: str, where: str, choices: tuple[_C, ...], default: _C | None = None) -> _C:
+        """One of ``choices`` (a ``Literal``'s values); ``default`` where the key is absent (older documents)."""
+        value = data.get(key, default)
+        for choice in choices:
+            if value == choice:
+                return choice
+        raise self.fail(_at(where, key), f"must be one of {', '.join(choices)}, got {shown(value)}")
 
     def flag(self, data: dict, key: str, where: str) -> bool:
         value = data.get(key)

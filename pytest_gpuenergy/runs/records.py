@@ -56,13 +56,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..meter.results import GpuResult, Repetition, Summary
-from . import PASSED
+from ..meter.results import GpuResult
+from . import PASSED, Outcome
 from .ids import node_id_of
 
 FORMAT = "pytest-gpuenergy-run"
@@ -72,31 +72,18 @@ VERSION = 3   # 3: cases carry their test's outcome; 2: repetitions carry the bo
 
 # -- records -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CaseEntry:
-    """One GPU's figures for one case (one measured region of one test at one cap)."""
+@dataclass(frozen=True, kw_only=True)
+class CaseEntry(GpuResult):
+    """One GPU's figures for one case (one measured region of one test at one cap), as a run keeps them.
+
+    The figures are the meter's own record (``GpuResult``, which also owns their JSON form); an
+    entry adds where they belong: the case, the GPU's place among the case's GPUs, how the test ended.
+    """
 
     case_id: str
     test: str
-    cap: str
-    gpu_index: int
-    gpu_name: str
-    gpu_uuid: str
-    backend: str
-    simulated: bool
-    method: str
-    power_source: str | None
-    limit_requested_w: float | None
-    limit_enforced_w: float
-    default_limit_w: float
-    repetitions: tuple[Repetition, ...]
-    notes: tuple[str, ...] = ()
-    clock_cap: str | None = None             # the SM clock cap's label; absent from a document without one
-    sm_clock_cap_mhz: float | None = None    # the locked SM clock's upper end
     gpu_slot: int = 0              # the GPU's place among the case's GPUs (0 for a one-GPU test; a rank's order)
-    host: str | None = None        # torch.distributed: the host and global rank that measured this GPU
-    rank: int | None = None
-    outcome: str = PASSED          # how the test ended; only passed cases are baselines and are compared
+    outcome: Outcome = PASSED      # how the test ended; only passed cases are baselines and are compared
 
     @property
     def passed(self) -> bool:
@@ -111,49 +98,11 @@ class CaseEntry:
         """
         return (self.case_id, self.cap, self.gpu_slot)
 
-    @property
-    def summary(self) -> Summary:
-        return Summary.of(self.repetitions)
-
-    def samples(self, field_name: str) -> list[float]:
-        """Per-repetition values of ``ets_j``, ``time_s`` or ``edp_js``."""
-        return [float(getattr(rep, field_name)) for rep in self.repetitions]
-
     @classmethod
-    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0, outcome: str = PASSED) -> CaseEntry:
-        return cls(
-            case_id=case_id,
-            test=node_id_of(case_id),
-            cap=gpu.cap_label,
-            gpu_index=gpu.gpu_index,
-            gpu_name=gpu.gpu_name,
-            gpu_uuid=gpu.gpu_uuid,
-            backend=gpu.backend,
-            simulated=gpu.simulated,
-            method=gpu.method,
-            power_source=gpu.power_source,
-            limit_requested_w=gpu.limit_requested_w,
-            limit_enforced_w=gpu.limit_enforced_w,
-            default_limit_w=gpu.default_limit_w,
-            repetitions=tuple(gpu.repetitions),
-            notes=tuple(gpu.notes),
-            clock_cap=gpu.clock_label,
-            sm_clock_cap_mhz=gpu.sm_clock_cap_mhz,
-            gpu_slot=slot,
-            host=gpu.host,
-            rank=gpu.rank,
-            outcome=outcome,
-        )
-
-    def to_gpu_result(self) -> GpuResult:
-        return GpuResult(
-            gpu_index=self.gpu_index, gpu_name=self.gpu_name, gpu_uuid=self.gpu_uuid, backend=self.backend,
-            simulated=self.simulated, method=self.method, power_source=self.power_source, cap_label=self.cap,
-            limit_requested_w=self.limit_requested_w, limit_enforced_w=self.limit_enforced_w,
-            default_limit_w=self.default_limit_w, repetitions=self.repetitions, notes=self.notes,
-            clock_label=self.clock_cap, sm_clock_cap_mhz=self.sm_clock_cap_mhz,
-            host=self.host, rank=self.rank,
-        )
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0, outcome: Outcome = PASSED) -> CaseEntry:
+        """``gpu``'s figures placed in a run: the ``slot``-th GPU of case ``case_id``."""
+        figures = {f.name: getattr(gpu, f.name) for f in fields(GpuResult)}
+        return cls(**figures, case_id=case_id, test=node_id_of(case_id), gpu_slot=slot, outcome=outcome)
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> CaseEntry:
@@ -163,31 +112,8 @@ class CaseEntry:
         return DocumentReader(source).case(data, "case")
 
     def to_json(self) -> dict[str, Any]:
-        clock = {} if self.clock_cap is None else {"clock_cap": self.clock_cap,
-                                                   "sm_clock_cap_mhz": finite_or_none(self.sm_clock_cap_mhz)}
-        return {
-            "case_id": self.case_id,
-            "test": self.test,
-            "cap": self.cap,
-            "gpu_index": self.gpu_index,
-            "gpu_name": self.gpu_name,
-            "gpu_uuid": self.gpu_uuid,
-            "backend": self.backend,
-            "simulated": self.simulated,
-            "method": self.method,
-            "power_source": self.power_source,
-            "limit_requested_w": finite_or_none(self.limit_requested_w),
-            "limit_enforced_w": finite_or_none(self.limit_enforced_w),
-            "default_limit_w": finite_or_none(self.default_limit_w),
-            "repetitions": [repetition_json(rep) for rep in self.repetitions],
-            "summary": {k: finite_or_none(v) for k, v in asdict(self.summary).items()},
-            "notes": list(self.notes),
-            **clock,
-            "gpu_slot": self.gpu_slot,
-            "host": self.host,
-            "rank": self.rank,
-            "outcome": self.outcome,
-        }
+        return {"case_id": self.case_id, "test": self.test, **super().to_json(),
+                "gpu_slot": self.gpu_slot, "outcome": self.outcome}
 
 
 @dataclass(frozen=True)
@@ -274,26 +200,6 @@ def model_label(gpu_model: str, backend: str, simulated: bool) -> str:
 
 
 # -- small helpers ---------------------------------------------------------------------------------
-
-def repetition_json(rep: Repetition) -> dict[str, Any]:
-    return {
-        "ets_j": finite_or_none(rep.ets_j),
-        "time_s": finite_or_none(rep.time_s),
-        "edp_js": finite_or_none(rep.edp_js),
-        "mean_power_w": finite_or_none(rep.mean_power_w),
-        "peak_power_w": finite_or_none(rep.peak_power_w),
-        "calls": rep.calls,
-        "ets_low_j": finite_or_none(rep.ets_low_j),
-        "ets_high_j": finite_or_none(rep.ets_high_j),
-    }
-
-
-def finite_or_none(value: Any) -> Any:
-    """JSON has no NaN or infinity: an undefined figure is written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
 
 def nan_if_none(value: float | None) -> float:
     return math.nan if value is None else value

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import StorageError, UnsafeStateFile
 from ..fileio import atomic_write_json
 from ..meter.results import EnergyResult
-from . import DEFAULT_STORAGE, LATEST, PASSED
+from . import DEFAULT_STORAGE, LATEST, PASSED, Outcome
 from .reader import load_document
 from .records import CaseEntry, RunDocument, as_utc, require_json
 
@@ -34,7 +34,7 @@ def build_documents(
     options: dict[str, Any],
     commit: dict[str, Any] | None,
     created_at: datetime | None = None,
-    outcomes: Mapping[str, str] | None = None,
+    outcomes: Mapping[str, Outcome] | None = None,
 ) -> list[RunDocument]:
     """The session's results as one document per (backend, GPU model), in first-seen order.
 
