@@ -186,6 +186,36 @@ def test_the_bounded_least_squares_matches_scipy_on_problems_with_active_limits(
         assert np.all(ours >= 0) and np.all(ours <= 700)
 
 
+def test_the_bound_is_the_two_sided_t_interval_of_the_larger_of_the_textbook_and_robust_variances():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(5)
+    n, window_s = 40, 0.1
+    share_s = rng.uniform(0.005, 0.045, n)                  # phase a at the start of each window, b the rest
+    noise_j = rng.normal(0, 1, n) * ((share_s - 0.025) / 0.01) ** 2   # larger at the extremes: the robust one is larger
+    energy_j = 300 * share_s + 100 * (window_s - share_s) + noise_j
+    times = np.arange(n + 1) * window_s
+    timeline = [t for i in range(n) for t in (("a", times[i], times[i] + share_s[i]),
+                                              ("b", times[i] + share_s[i], times[i] + 0.05),
+                                              ("b", times[i] + 0.05, times[i] + 0.075),
+                                              ("b", times[i] + 0.075, times[i + 1]))]   # none over half a window
+    result = attribute_phases(times, np.concatenate(([0.0], np.cumsum(energy_j))), timeline, t0_s=0.0,
+                              t1_s=times[-1], ets_j=float(energy_j.sum()), ets_low_j=0.0, ets_high_j=1e6, calls=1,
+                              max_power_w=1e4, resolution_j=1e-12)
+    a = np.column_stack([share_s, window_s - share_s])
+    fitted = np.linalg.lstsq(a, energy_j, rcond=None)[0]
+    residual = energy_j - a @ fitted
+    inverse = np.linalg.inv(a.T @ a)
+    textbook = residual @ residual / (n - 2) * np.diag(inverse)
+    meat = (a * residual[:, None]).T @ (a * residual[:, None]) * n / (n - 1) * (n - 1) / (n - 2)
+    robust = np.diag(inverse @ meat @ inverse)
+    assert robust[0] > textbook[0]
+    half_w = stats.t.ppf(0.995, n - 2) * np.sqrt(np.maximum(textbook, robust))
+    for j, name in enumerate("ab"):
+        phase = result[name]
+        assert phase.power_w == pytest.approx(fitted[j], rel=1e-9)
+        assert (phase.power_high_w - phase.power_low_w) / 2 == pytest.approx(half_w[j], rel=1e-6)
+
+
 def test_the_meters_publications_are_read_as_times_energies_and_dating_errors():
     pubs = [Publication(0.0995, 0.1005, 1500), Publication(0.199, 0.201, 2750)]
     assert publication_arrays(pubs) == ([0.1, 0.2], [1.5, 2.75], [pytest.approx(0.0005), pytest.approx(0.001)])
