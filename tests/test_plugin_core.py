@@ -389,7 +389,7 @@ def test_the_gpuenergy_backend_variable_is_the_default_and_the_command_line_wins
     monkeypatch.setenv("GPUENERGY_BACKEND", "cuda")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*GPUENERGY_BACKEND='cuda': choose from auto, nvml, sim, or unset it*"])
+    result.stderr.fnmatch_lines(["*GPUENERGY_BACKEND='cuda': choose from auto, nvml, amdsmi, sim, or unset it*"])
     assert cli_in_process("info", check=False).returncode == 2
 
 

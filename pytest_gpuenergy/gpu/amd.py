@@ -8,11 +8,12 @@ documentation (rocm.docs.amd.com/projects/amdsmi, "Power Queries", "Power Contro
 
 * ``amdsmi_get_energy_count(h)``: ``energy_accumulator`` (named ``power`` before amdsmi 6.2.1; both are
   read) counts units of ``counter_resolution`` micro-joules (about 15.3 uJ): energy = accumulator x
-  resolution. The driver refreshes it about every millisecond (gpu_metrics cached 1 ms, ROCm/ROCm#1649),
-  so ``counter_period_s`` is 1 ms, not NVML's 100 ms. Reported to repeat the same value for a long time
-  on some setups (ROCm/amdsmi#22, "power info and energy counter APIs always return the same info"):
-  the meter treats a counter that stops moving as NVML's stuck counter (``meter/region.py``): no figure,
-  a note that says so.
+  resolution. The driver reads its metrics at most every millisecond and returns the cached value in
+  between (an AMD SMI maintainer in ROCm/ROCm#1649, now ROCm/legacy-rocm-build#1649), so
+  ``counter_period_s`` is 1 ms, not NVML's 100 ms. Reported to repeat the same value however busy the
+  GPU (ROCm/amdsmi#22, MI100 on ROCm 6.0.2, fixed in 6.1; AMDResearch/hpcfund#21; ROCm/amdsmi#38) and to
+  go backwards under concurrent readers (ROCm/amdsmi#115): the meter treats both as it treats NVML's
+  (``meter/region.py``, ``meter/integrate.py``): no figure, and a message that says why.
 * ``amdsmi_get_power_cap_info(h)``: ``power_cap``, ``default_power_cap``, ``min_power_cap``,
   ``max_power_cap`` in MICRO-watts on bare-metal Linux; ``amdsmi_set_power_cap(h, 0, cap_uw)`` takes
   micro-watts (an ``int``). AMD has no separate "enforced" limit: the cap read back is the one enforced.
@@ -44,7 +45,7 @@ from ..errors import (
 )
 from .device import Gpu, OpenedLibrary, PowerLimits
 
-COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (gpu_metrics cached 1 ms; ROCm/ROCm#1649)
+COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (metrics cached 1 ms; ROCm/ROCm#1649)
 CURRENT_POWER_WINDOW_S = 0.001  # current_socket_power: the last metrics sample
 AVERAGE_POWER_WINDOW_S = 1.0    # average_socket_power: amdgpu's averaged power, about a second (not documented by AMD SMI)
 # Which reading: the instantaneous one (MI300), else the average (MI200 and older), else ROCm 7's
