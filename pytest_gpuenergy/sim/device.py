@@ -30,7 +30,7 @@ from .state import GpuState, GpuStateFile
 from .timeline import Timeline
 
 if TYPE_CHECKING:
-    from .nvml import SimulatedNvml
+    from .machine import SimulatedMachine
 
 # Another process's committed work shows on the counter this long after its commit (wall clock):
 # longer than a state file is cached (GpuStateFile.RECHECK_S), so no reader sees it earlier for
@@ -43,10 +43,12 @@ REGION_NOISE_SHARE = 0.25         # the noise per region, as a share of the nois
 class SimDevice:
     """One simulated GPU in this process."""
 
-    def __init__(self, owner: SimulatedNvml, spec: GpuSpec, index: int, state_dir: Path) -> None:
+    def __init__(self, owner: SimulatedMachine, spec: GpuSpec, index: int, state_dir: Path) -> None:
         self.owner = owner
         self.spec = spec
-        self.index = index
+        self.index = index                   # on the machine (fault specifications and state files use it)
+        self.die = 0                         # an MI250X's second GCD is die 1 of its board
+        self.primary_index = index           # the board's first die, which reports the board's power
         self.state_file = GpuStateFile(state_dir, spec, index)
         self.uuid = self.state_file.uuid
         now = owner.clock.now()
@@ -215,7 +217,20 @@ class SimDevice:
         self.carried_mj = 0.0
         return state
 
-    # -- what NVML shows ---------------------------------------------------------------------------
+    # -- what the libraries show ---------------------------------------------------------------------
+    def board_energy_mj_at(self, moment: float, state: GpuState) -> float:
+        """What this device's energy counter and power readings cover: itself, except on a board of two
+        dies (MI250X), whose first die reports both and whose second reports nothing (``models``)."""
+        if self.spec.dies == 1:
+            return self.energy_mj_at(moment, state)
+        if self.die:
+            return 0.0
+        total = self.energy_mj_at(moment, state)
+        for other in self.owner.devices:
+            if other.primary_index == self.index and other is not self:
+                total += other.energy_mj_at(moment, other.advance())
+        return total
+
     def energy_mj_at(self, moment: float, state: GpuState) -> float:
         """The exact energy integral since the counter started, at ``moment`` on the simulator's clock."""
         own_mj = self.timeline.dynamic_mj_at(moment)
@@ -240,7 +255,7 @@ class SimDevice:
         state = self.advance()
         period = self.spec.power_publish_s
         published = self.last_tick(self.owner.clock.now(), period, self.power_phase_s)
-        energy_mj = self.energy_mj_at(published, state) - self.energy_mj_at(published - window_s, state)
+        energy_mj = self.board_energy_mj_at(published, state) - self.board_energy_mj_at(published - window_s, state)
         tick = round((published - self.power_phase_s) / period)
         jitter_mw = zlib.crc32(f"{self.identity}/{tick}".encode()) % 1001 - 500
         return max(int(round(energy_mj / window_s)) + jitter_mw, 0)

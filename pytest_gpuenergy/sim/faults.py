@@ -2,21 +2,28 @@
 
 ``GPUENERGY_SIM_FAULTS`` holds a comma-separated list of ``NAME[@GPU][=CALLS]``:
 
-* ``GPU``   the index of the simulated GPU it applies to (default: every GPU);
+* ``GPU``   the index of the simulated GPU it applies to, its place in ``GPUENERGY_SIM_GPUS`` (an
+  MI250X's two dies count apart; on a machine of one vendor, the library's own index); default: every GPU;
 * ``CALLS`` which calls of that kind fail, counted from 1 per process and GPU: ``3`` (the third
   and every later one), ``2-3`` (the second and third only), default every call.
 
 =====================  ==========================================================================
-``no_permission``      setting a limit or a clock lock raises ``NVMLError_NoPermission`` (not root)
-``no_counter``         the energy counter raises ``NVMLError_NotSupported`` (pre-Volta GPUs)
-``no_instant_power``   the instant-power field value is not supported
-``set_error``          setting a limit raises ``NVMLError_Unknown``
+``no_permission``      setting a limit or a clock lock raises ``NVMLError_NoPermission`` (not root;
+                       AMD SMI: ``AMDSMI_STATUS_NO_PERM``)
+``no_counter``         the energy counter raises ``NVMLError_NotSupported`` (pre-Volta GPUs; AMD SMI:
+                       ``AMDSMI_STATUS_NOT_SUPPORTED``)
+``no_instant_power``   the instant-power field value is not supported (AMD SMI: every socket power
+                       reads "N/A")
+``set_error``          setting a limit raises ``NVMLError_Unknown`` (AMD SMI: ``AMDSMI_STATUS_UNKNOWN_ERROR``)
 ``set_ignored``        setting a limit reports success and changes nothing
-``read_error``         energy, power and limit reads raise ``NVMLError_Unknown``
-``lost``               every call on the GPU raises ``NVMLError_GpuIsLost`` (the GPU fell off the bus)
+``read_error``         energy, power and limit reads raise ``NVMLError_Unknown`` (AMD SMI:
+                       ``AMDSMI_STATUS_UNKNOWN_ERROR``)
+``lost``               every call on the GPU raises ``NVMLError_GpuIsLost`` (the GPU fell off the bus;
+                       AMD SMI: ``AMDSMI_STATUS_NOT_FOUND``)
 ``counter_reset``      the energy counter restarts from 0 (a driver reload) at that read
 ``counter_backwards``  the energy counter reads 1 J less than before at those reads
-``counter_stuck``      the energy counter stops moving from that read on
+``counter_stuck``      the energy counter stops moving from that read on (as AMD SMI's accumulator
+                       did on MI100s: ROCm/amdsmi#22, #38)
 ``clock_set_error``    locking the SM clock (``nvmlDeviceSetGpuLockedClocks``) raises ``NVMLError_Unknown``
 ``clock_reset_error``  resetting the SM clock lock raises ``NVMLError_Unknown``
 ``limit_rounded``      the GPU enforces its limit rounded down to a multiple of 25 W (the limit set

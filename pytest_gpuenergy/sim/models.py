@@ -22,6 +22,38 @@ Measurement behaviour follows the hardware generations: the cumulative energy co
 Volta on; ``NVML_FI_DEV_POWER_INSTANT`` averages a 25 ms window published every 100 ms on
 A100/H100 (Yang, Adamek, Armour, SC'24); ``nvmlDeviceGetPowerUsage`` is a 1 s average on Ampere
 and newer except GA100; the counter itself advances about every 100 ms.
+
+AMD Instinct models (``vendor="amd"``), read through the simulated ``amdsmi`` (``amdsmi.py``), from
+AMD's data sheets (dense peaks): MI300X (OAM): 750 W total board power, 163.4 TFLOPS FP32 (vector and
+matrix), 653.7 TF32 matrix, 1,307.4 FP16 matrix, 5.3 TB/s HBM3, 2,100 MHz peak engine clock, 304
+compute units, gfx942. MI250X (OAM): 560 W peak board power, 47.9 TFLOPS FP32 vector, 95.7 FP32
+matrix, 383 FP16 matrix, 3.2 TB/s HBM2e, 1,700 MHz, 220 compute units in two graphics compute dies
+(GCDs), gfx90a. MI210 (PCIe): 300 W, 22.6 FP32 vector, 45.3 FP32 matrix, 181 FP16 matrix, 1.6 TB/s,
+1,700 MHz, 104 compute units, gfx90a. CDNA2 has no TF32: work declared as TF32 runs on its FP32
+matrix cores (as rocBLAS runs FP32 products). The roofline's efficiencies are the H100's calibration
+(``roofline.py``): nothing here was calibrated on an AMD GPU.
+
+An MI250X is two devices to AMD SMI, one per GCD (``dies=2``; a spec holds one GCD's share: half the
+board's power, throughput and bandwidth). Only the primary die reports power: the amdgpu driver
+(``aldebaran_ppt.c``: "Valid power data is available only from primary die") gives the primary the
+whole package's energy accumulator, socket power and power cap, the secondary 0 for all three, and
+sets a cap "only through primary die"; ROCm's own tools show the secondary's power as "N/A (Secondary
+die)" (ROCm/rocm_smi_lib#160) and Zeus measured 0 W there (ml-energy/zeus#203).
+
+AMD measurement behaviour: the energy accumulator counts in units of 15.3 uJ (``counter_resolution``
+of ``amdsmi_get_energy_count``; rocm-smi shows counter 65628 as 1004108.41 uJ in ROCm/amdsmi#38) and
+the driver refreshes its metrics at most every 1 ms, returning the cached value in between (a ROCm
+maintainer in ROCm/ROCm#1649): the simulated counter and power are published every 1 ms. MI300X
+reports ``current_socket_power`` but ``average_socket_power`` as "N/A"; MI210 (and MI250X) the
+average but not the current one (zeus#203); the average's window is about 100 ms (a ROCm maintainer in
+ROCm/ROC-smi#89: "could be around 100ms or so").
+
+Not published, so assumed here: the power-cap minimums (MI300X 200 W; MI250X 200 W per package;
+MI210 150 W: low enough for the main job's 60 % caps; a real node may refuse lower caps: ROCm/ROCm#5231
+reports an MI300X whose driver would not go from 750 W to 500 W), the idle powers (MI300X 150 W:
+rocm-smi showed 191 W at 0 % activity with its memory allocated in #5231; MI250X 90 W per package, as
+zeus#203 read 88-93 W on idle primaries; MI210 40 W), the lowest engine clock (500 MHz) and the memory
+clocks (MI300X 1,300 MHz, MI250X/MI210 1,600 MHz: the HBM data rates halved).
 """
 
 from __future__ import annotations
@@ -52,14 +84,27 @@ class GpuSpec:
     counter_period_s: float = 0.100          # how often the energy counter is published
     power_window_s: float = 0.025            # the window an instant-power reading averages
     power_publish_s: float = 0.100           # how often that reading is published
-    power_usage_average_s: float = 0.025     # window of nvmlDeviceGetPowerUsage (1 s on Ampere+)
+    power_usage_average_s: float = 0.025     # window of nvmlDeviceGetPowerUsage (1 s on Ampere+); AMD: average_socket_power's
+    vendor: str = "nvidia"                   # "amd": read through the simulated amdsmi, not NVML
+    dies: int = 1                            # devices per board as the library lists them (MI250X: 2 GCDs)
+    has_average_power: bool = True           # AMD: average_socket_power reported (not "N/A")
+    gfx_target: str = ""                     # AMD: the ISA (gfx942, gfx90a)
+    pci_device_id: int = 0                   # AMD: the PCI device id amdsmi_get_gpu_asic_info reports
+    compute_units: int = 0                   # AMD: per device (per GCD on an MI250X)
 
     @property
     def sm_clock_min_fraction(self) -> float:
         return self.sm_clock_min_mhz / self.sm_clock_max_mhz
 
+    @property
+    def is_amd(self) -> bool:
+        return self.vendor == "amd"
+
 
 SIMULATED_SUFFIX = " (simulated)"
+#: How AMD SMI publishes its readings (see the module's docstring): every 1 ms, the average over 100 ms.
+_AMD_READINGS: dict = {"counter_period_s": 0.001, "power_window_s": 0.001, "power_publish_s": 0.001,
+                       "power_usage_average_s": 0.1}
 
 GPU_MODELS: dict[str, GpuSpec] = {
     spec.key: spec
@@ -110,6 +155,31 @@ GPU_MODELS: dict[str, GpuSpec] = {
             sm_clock_max_mhz=875, sm_clock_min_mhz=324, sm_clock_idle_mhz=324, mem_clock_mhz=2505,
             compute_capability=(3, 7), fp32_tflops=4.37, memory_gbs=240.0,
             has_energy_counter=False, has_instant_power=False,
+        ),
+        GpuSpec(
+            key="MI300X", name="AMD Instinct MI300X" + SIMULATED_SUFFIX, architecture="CDNA3",
+            default_limit_w=750, min_limit_w=200, max_limit_w=750, idle_w=150,
+            sm_clock_max_mhz=2100, sm_clock_min_mhz=500, sm_clock_idle_mhz=500, mem_clock_mhz=1300,
+            compute_capability=(0, 0), fp32_tflops=163.4, tf32_tflops=653.7, fp16_tflops=1307.4, memory_gbs=5300.0,
+            **_AMD_READINGS, has_average_power=False, vendor="amd", gfx_target="gfx942", pci_device_id=0x74A1,
+            compute_units=304,
+        ),
+        GpuSpec(
+            # One of the two GCDs: half of the board's 560 W (cap range 200-560 W), 90 W idle and figures.
+            key="MI250X", name="AMD Instinct MI250X" + SIMULATED_SUFFIX, architecture="CDNA2",
+            default_limit_w=280, min_limit_w=100, max_limit_w=280, idle_w=45,
+            sm_clock_max_mhz=1700, sm_clock_min_mhz=500, sm_clock_idle_mhz=500, mem_clock_mhz=1600,
+            compute_capability=(0, 0), fp32_tflops=23.95, tf32_tflops=47.85, fp16_tflops=191.5, memory_gbs=1638.4,
+            **_AMD_READINGS, has_instant_power=False, vendor="amd", dies=2, gfx_target="gfx90a",
+            pci_device_id=0x740C, compute_units=110,
+        ),
+        GpuSpec(
+            key="MI210", name="AMD Instinct MI210" + SIMULATED_SUFFIX, architecture="CDNA2",
+            default_limit_w=300, min_limit_w=150, max_limit_w=300, idle_w=40,
+            sm_clock_max_mhz=1700, sm_clock_min_mhz=500, sm_clock_idle_mhz=500, mem_clock_mhz=1600,
+            compute_capability=(0, 0), fp32_tflops=22.6, tf32_tflops=45.3, fp16_tflops=181.0, memory_gbs=1638.4,
+            **_AMD_READINGS, has_instant_power=False, vendor="amd", gfx_target="gfx90a", pci_device_id=0x740F,
+            compute_units=104,
         ),
     )
 }
