@@ -242,6 +242,20 @@ def test_a_region_on_a_simulated_mi300x_is_within_a_percent_of_the_truth_and_its
 
 
 @pytest.mark.sim_gpus("MI300X")
+def test_a_1_ms_counter_is_read_every_10_ms_not_chased_tick_by_tick(backend):
+    """A read sees a value at most 1 ms old: nothing to learn, and 100 reads a second, not a thousand."""
+    gpu = backend.all_gpus[0]
+    meter = EnergyMeter(backend, [gpu])
+    meter.measure(lambda: backend.declare_work(GpuWork(flops_tf32=2e12)), repeat=3)
+    recorder = meter.recorders[0]
+    reads, lattice = recorder.snapshot(0.0, float("inf"))
+    gaps = sorted(b.started - a.started for a, b in zip(reads, reads[1:]))
+    assert not recorder.learns_lattice and lattice is None
+    assert len(gaps) > 50 and gaps[len(gaps) // 2] == pytest.approx(0.01, abs=1e-6)
+    assert all(rep.ets_j > 0 for rep in meter.result.per_gpu[0].repetitions)      # and never a false "stuck"
+
+
+@pytest.mark.sim_gpus("MI300X")
 def test_an_amd_counter_that_stops_moving_gives_no_figure_and_says_it_is_stuck(backend):
     gpu = backend.all_gpus[0]
     meter = EnergyMeter(backend, [gpu], work=GpuWork(flops_tf32=2e13))

@@ -107,7 +107,6 @@ class AmdGpu(Gpu):
 
     def __init__(self, amdsmi: Any, handle: Any, amd_index: int, *, index: int, simulated: bool) -> None:
         self.amdsmi = amdsmi
-        self.api = amdsmi
         self.handle = handle
         self.amd_index = amd_index
         with self._translated(None):

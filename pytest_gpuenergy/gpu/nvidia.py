@@ -72,7 +72,6 @@ class NvmlGpu(Gpu):
 
     def __init__(self, nvml: Any, nvml_index: int, backend: str = "nvml", *, index: int | None = None) -> None:
         self.nvml = nvml
-        self.api = nvml
         self.nvml_index = nvml_index
         with _translated():
             self.handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
