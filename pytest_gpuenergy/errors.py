@@ -115,3 +115,8 @@ class FleetUsageError(GpuEnergyError, ValueError):
 
 class RayMissing(GpuEnergyError, RuntimeError):
     """``gpuenergy fleet`` needs Ray and it is not installed: the message says how to install it."""
+
+
+class HostEnergyError(MeasurementError):
+    """The host's CPU or DRAM energy (Linux powercap, RAPL) cannot be read: the message names the
+    file or the folder and what to do (``host/powercap.py``)."""

@@ -26,9 +26,9 @@ def test_a_markers_figures_gpu_and_cap_make_the_budget():
 
 
 @pytest.mark.parametrize(("args", "kwargs", "message"), [
-    ((900,), {}, "energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=), got positional [900]"),
+    ((900,), {}, "energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=), got positional [900]"),
     ((), {"ets": 1, "watts": 2, "joules": 3},
-     "energy_budget got unknown argument(s) joules, watts; allowed: ets=, edp=, time=, gpu=, cap="),
+     "energy_budget got unknown argument(s) joules, watts; allowed: ets=, edp=, time=, gpu=, cap=, domain="),
     ((), {"gpu": "H100"}, "energy_budget needs at least one of ets= (J), edp= (J s), time= (s)"),
     ((), {"ets": None}, "energy_budget needs at least one of ets= (J), edp= (J s), time= (s)"),
     ((), {"ets": -1}, "energy_budget ets= must be a positive number of J, got -1 (at most 1e+15 J)"),

@@ -1,6 +1,11 @@
-"""Energy budgets: ``@pytest.mark.energy_budget(ets=, edp=, time=, gpu=, cap=)``.
+"""Energy budgets: ``@pytest.mark.energy_budget(ets=, edp=, time=, gpu=, cap=, domain=)``.
 
-A test may carry several budgets; for each GPU the most specific one that matches applies:
+``domain`` says whose energy the budget holds: ``"gpu"`` (the default) each GPU's, as measured by
+the GPU; ``"cpu"``, ``"dram"`` or ``"node"`` the host's CPU packages, its DRAM, or the node's total
+(the case's GPUs, CPU and DRAM together), which ``--energy-domains=gpu,cpu,dram`` measures
+(``meter/domains.py``). A domain's T is the region's, its EDP that ETS times T.
+
+A test may carry several budgets; for each GPU (and each domain) the most specific one that matches applies:
 GPU model and cap, then GPU model, then cap, then one with neither. Among equally specific
 matches the one nearest the function (the lowest decorator) wins. The GPU matches by
 case-insensitive substring of its name (``gpu="H100"`` matches "NVIDIA H100 80GB HBM3"); the cap
@@ -11,18 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from ..errors import BudgetError, CapSyntaxError
 from ..gpu.specs import CapSpec, cap_text, parse_cap
+from ..meter.results import Domain
 from ..metrics import EDP, ETS, TIME
 from ..runs.validation import bounded_number, shown
 
 if TYPE_CHECKING:
     from ..gpu.device import PowerLimits
+    from ..meter.results import EnergyResult
 
 _FIGURES = {m.key: (m.field, m.label, m.unit) for m in (ETS, EDP, TIME)}   # checked in this order
-_ALLOWED = set(_FIGURES) | {"gpu", "cap"}
+_ALLOWED = set(_FIGURES) | {"gpu", "cap", "domain"}
+BUDGET_DOMAINS: tuple[Domain, ...] = get_args(Domain)
 _CAP_TOLERANCE_MW = 500
 MAX_BUDGET = 1e15       # J, J s or s: far beyond any run, and small enough that every comparison stays finite
 
@@ -36,6 +44,7 @@ class Budget:
     cap: CapSpec | None = None
     exact_gpu: bool = False         # the GPU model by its whole name (a budgets file), not a part of it
     source: str | None = None       # where it was written: a budgets file's "path:line" (None: a marker)
+    domain: Domain = "gpu"          # whose energy: each GPU's, or the host's cpu/dram, or the node's total
 
     @property
     def specificity(self) -> int:
@@ -52,6 +61,8 @@ class Budget:
             parts.append(f"gpu={self.gpu!r}")
         if self.cap is not None:
             parts.append(f"cap={self.cap.label}")
+        if self.domain != "gpu":
+            parts.append(f"domain={self.domain!r}")
         return f"energy_budget({', '.join(parts)})"
 
 
@@ -59,12 +70,12 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
     """Validate one marker's arguments; every problem is a BudgetError naming it and the fix."""
     if args:
         raise BudgetError(
-            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=), got positional {shown(list(args))}"
+            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=), got positional {shown(list(args))}"
         )
     unknown = sorted(set(kwargs) - _ALLOWED)
     if unknown:
         raise BudgetError(
-            f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap="
+            f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap=, domain="
         )
     figures = {}
     for key, (attr, _label, unit) in _FIGURES.items():
@@ -84,8 +95,11 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
             cap_spec = parse_cap(cap_text(cap, "energy_budget cap="), source="energy_budget cap=")
         except CapSyntaxError as exc:
             raise BudgetError(str(exc)) from None
+    domain = kwargs.get("domain", "gpu")
+    if domain not in BUDGET_DOMAINS:
+        raise BudgetError(f"energy_budget domain= must be one of {', '.join(map(repr, BUDGET_DOMAINS))}, got {shown(domain)}")
     return Budget(ets_j=figures.get("ets_j"), edp_js=figures.get("edp_js"), time_s=figures.get("time_s"),
-                  gpu=gpu.strip() if gpu else None, cap=cap_spec)
+                  gpu=gpu.strip() if gpu else None, cap=cap_spec, domain=domain)
 
 
 def _positive_number(key: str, value: Any, unit: str) -> float:
@@ -95,10 +109,13 @@ def _positive_number(key: str, value: Any, unit: str) -> float:
     return number
 
 
-def select_budget(budgets: Iterable[Budget], gpu_name: str, limit_mw: int, limits: PowerLimits) -> Budget | None:
-    """The most specific matching budget; the first listed wins among equals."""
+def select_budget(budgets: Iterable[Budget], gpu_name: str, limit_mw: int, limits: PowerLimits,
+                  domain: Domain = "gpu") -> Budget | None:
+    """The most specific matching budget of ``domain``; the first listed wins among equals."""
     best: Budget | None = None
     for budget in budgets:
+        if budget.domain != domain:
+            continue
         if budget.matches(gpu_name, limit_mw, limits) and (best is None or budget.specificity > best.specificity):
             best = budget
     return best
@@ -128,3 +145,43 @@ def check_budget(budget: Budget, figures: Any) -> list[BudgetMiss]:
         if limit is not None and measured > limit:
             misses.append(BudgetMiss(name, measured, limit, unit))
     return misses
+
+
+@dataclass(frozen=True)
+class DomainFigures:
+    """A domain's figures as a budget reads them: its ETS per call, the region's T, and their EDP."""
+
+    ets_j: float
+    time_s: float
+    low_j: float
+    high_j: float
+
+    @property
+    def edp_js(self) -> float:
+        return self.ets_j * self.time_s
+
+
+def domain_failures(budgets: Sequence[Budget], result: EnergyResult, limits: PowerLimits, where: str) -> list[str]:
+    """One line per host or node domain whose budget ``result`` misses (``where``: the case, its cap).
+
+    The budgets match by the case's first GPU (its model and the limit it ran at), as a GPU's do.
+    """
+    first = result.per_gpu[0]
+    ran_at_mw = int(round(1000 * (first.limit_requested_w if first.limit_requested_w is not None else first.limit_enforced_w)))
+    lines = []
+    for domain in BUDGET_DOMAINS[1:]:
+        budget = select_budget(budgets, first.gpu_name, ran_at_mw, limits, domain)
+        if budget is None:
+            continue
+        figure = result.per_domain.get(domain)
+        if figure is None:
+            lines.append(f"{budget.describe()}: the {domain} energy was not measured; run with "
+                         f"--energy-domains=gpu,cpu,dram (or drop domain={domain!r})")
+            continue
+        figures = DomainFigures(figure.ets_j, result.time_s, figure.ets_low_j, figure.ets_high_j)
+        misses = check_budget(budget, figures)
+        if misses:
+            origin = "simulated" if figure.simulated else "measured"
+            lines.append(f"energy budget exceeded{where}: {domain} {'; '.join(m.describe() for m in misses)} "
+                         f"(true {domain} ETS within {figures.low_j:.4g}-{figures.high_j:.4g} J; {origin}, n={result.n})")
+    return lines

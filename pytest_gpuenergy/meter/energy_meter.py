@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
+from ..host.recorder import HostFigure, HostRecorder
 from .defaults import DEFAULT_MIN_TIME_S
+from .domains import per_domain
 from .integrate import RegionEnergy
 from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
@@ -57,6 +60,7 @@ class EnergyMeter:
         on_result: Callable[[PendingResult], None] | None = None,
         work: Any = None,
         rank_group: Callable[[], Any] | None = None,
+        host: HostRecorder | None = None,
     ) -> None:
         if not gpus:
             raise MeasurementError("no GPU to measure")
@@ -80,6 +84,7 @@ class EnergyMeter:
         # torch.distributed (``distributed.RankGroup``): found when a region starts, since a test may
         # initialise its process group after the fixture made the meter; None measures this process alone.
         self.rank_group = rank_group or (lambda: None)
+        self.host = host            # --energy-domains: the host's CPU and DRAM, read at every region's edges
         self._group: Any = None
         registry = recorders_of(backend)
         try:
@@ -142,7 +147,8 @@ class EnergyMeter:
             notes = [n for r in readings for n in r.notes]
             if any(r.coarse for r in readings):
                 notes.append(_coarse_note(region, readings))    # a note, not a warning: see the module docstring
-            return self._result_of(region, [[_per_call(r, region.duration, 1)] for r in readings], notes)
+            return self._result_of(region, [[_per_call(r, region.duration, 1)] for r in readings], notes,
+                                   [(region.host_figures(), 1)])
 
         pending = PendingResult(block_result)
         if self._group is not None:
@@ -207,7 +213,7 @@ class EnergyMeter:
                 slot.append(_per_call(reading, region.duration, region.calls))
                 notes.update(reading.notes)
         self._note_region(finished[-1])
-        result = self._result_of(finished[-1], per_gpu, sorted(notes))
+        result = self._result_of(finished[-1], per_gpu, sorted(notes), [(r.host_figures(), r.calls) for r in finished])
         self._add(PendingResult.of(result))
         return result
 
@@ -303,7 +309,8 @@ class EnergyMeter:
             self._group.barrier()      # every rank starts together (no rank's own tick to wait for)
             align = False
         return Region(self.backend, self.recorders, self.cap_context(), planned_calls=calls,
-                      align=self._start_on_a_tick if align else None)
+                      align=self._start_on_a_tick if align else None,
+                      host=self.host if self._group is None else None)    # ranks share a host: not per rank
 
     def _start_on_a_tick(self, region: Region) -> None:
         """Sleep (the GPU idle) until just after the first GPU's next publication, where its lattice
@@ -357,7 +364,8 @@ class EnergyMeter:
         if self.on_result is not None:
             self.on_result(pending)
 
-    def _result_of(self, region: Region, per_gpu: list[list[Repetition]], notes: list[str]) -> EnergyResult:
+    def _result_of(self, region: Region, per_gpu: list[list[Repetition]], notes: list[str],
+                   host: Sequence[tuple[list[HostFigure], int]] = ()) -> EnergyResult:
         context = region.cap
         parts = []
         for gpu, recorder, reps in zip(self.gpus, self.recorders, per_gpu):
@@ -380,7 +388,12 @@ class EnergyMeter:
         if self._group is not None:
             parts = list(self._group.combine(parts))
             notes = sorted({n for rank_notes in self._group.gather(list(notes)) for n in rank_notes})
-        return EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
+        result = EnergyResult(per_gpu=tuple(parts), notes=tuple(notes))
+        if self.host is None or not host or not host[0][0]:
+            return result
+        host_notes = sorted({f.note for figures, _ in host for f in figures if f.note})
+        return replace(result, notes=(*result.notes, *host_notes),
+                       per_domain=per_domain(result, host, self.host.simulated))
 
 
 def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: float) -> tuple[int, float]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
+from ..host.recorder import HostFigure, HostRecorder
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
 from .lattice import Lattice
 from .recorder import COUNTER, Recorder
@@ -50,8 +51,10 @@ class Region:
     """
 
     def __init__(self, backend: Backend, recorders: Sequence[Recorder], cap: CapContext | None,
-                 align: Callable[[Region], None] | None = None, planned_calls: int | None = None) -> None:
+                 align: Callable[[Region], None] | None = None, planned_calls: int | None = None,
+                 host: HostRecorder | None = None) -> None:
         self.backend = backend
+        self.host = host              # --energy-domains: the host's CPU and DRAM, read at the same edges
         self.recorders = list(recorders)
         clock = self.clock = backend.clock
         self.cap = cap or current_limits([r.gpu for r in self.recorders])
@@ -65,6 +68,7 @@ class Region:
         self.others = other_processes([r.gpu for r in self.recorders])
         self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
+        self.host_marks = [host.mark()] if host is not None else []
         backend.count_cpu_work(True)
         self.t0 = clock()
         self.t1 = math.nan
@@ -82,6 +86,8 @@ class Region:
         self.backend.synchronize()
         self.t1 = self.clock()
         self.backend.count_cpu_work(False)
+        if self.host is not None:
+            self.host_marks.append(self.host.mark())
         self.work_source = self.backend.sim_work_source()
         self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
         after = other_processes([r.gpu for r in self.recorders])
@@ -92,6 +98,12 @@ class Region:
             except BaseException:
                 self.release()
                 raise
+
+    def host_figures(self) -> list[HostFigure]:
+        """The host's domains over the region (empty without ``host``)."""
+        if self.host is None or len(self.host_marks) != 2:
+            return []
+        return self.host.figures(*self.host_marks)
 
     def resolve(self, *, wait: bool = True) -> list[RegionEnergy] | None:
         """Each GPU's energy over the region once the publications after it have arrived: waiting for

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 BackendName = Literal["nvml", "amdsmi", "sim"]     # the library that read the GPU (the simulator standing in)
 Method = Literal["counter", "sampling"]             # the GPU's energy counter, or its power readings integrated
 PowerSource = Literal["instant", "usage"]           # sampling: the instant-power field, or the averaged usage
+Domain = Literal["gpu", "cpu", "dram", "node"]      # what per_domain holds: the case's GPUs, the host's, their total
 BACKENDS: Final = ("nvml", "amdsmi", "sim")
 COUNTER: Final = "counter"
 SAMPLING: Final = "sampling"
 METHODS: Final = (COUNTER, SAMPLING)
+DOMAINS: Final[tuple[Domain, ...]] = ("gpu", "cpu", "dram", "node")
 POWER_SOURCES: Final = ("instant", "usage")
 COARSE_SHARE = 0.05
 
@@ -242,11 +244,32 @@ class GpuResult(_SummaryFigures):
 
 
 @dataclass(frozen=True)
+class DomainEnergy:
+    """One domain's ETS per call of the measured work, and the bound that holds the truth (J).
+
+    Domains: ``gpu`` (the case's GPUs together), ``cpu`` (the host's CPU packages, RAPL),
+    ``dram`` (their DRAM) and ``node``, the total of those measured. The host's figures are the
+    whole host's: what else runs on it draws through the same counters.
+    """
+
+    ets_j: float
+    ets_low_j: float
+    ets_high_j: float
+    simulated: bool                   # from the simulator (its GPUs, or its powercap tree)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ets_j": finite_or_none(self.ets_j), "ets_low_j": finite_or_none(self.ets_low_j),
+                "ets_high_j": finite_or_none(self.ets_high_j), "simulated": self.simulated}
+
+
+@dataclass(frozen=True)
 class EnergyResult(_SummaryFigures):
     """A measurement across the selected GPUs: ``ets_j`` is their total, per call of the work."""
 
     per_gpu: tuple[GpuResult, ...]
     notes: tuple[str, ...] = field(default=())
+    # --energy-domains beyond gpu: each domain's figure and the node's total (empty: the GPUs only)
+    per_domain: Mapping[Domain, DomainEnergy] = field(default_factory=dict, hash=False)
 
     @property
     def repetitions(self) -> tuple[Repetition, ...]:
@@ -291,7 +314,8 @@ class EnergyResult(_SummaryFigures):
         return (
             f"ETS {self.ets_j:.4g} J{bound}, T {self.time_s:.4g} s, EDP {self.edp_js:.4g} J s, "
             f"mean {self.mean_power_w:.4g} W, peak {self.peak_power_w:.4g} W, n={self.n} "
-            f"({origin}, {self.method})"
+            f"({origin}, {self.method})" + "".join(f"; {domain} {figure.ets_j:.4g} J"
+                                                   for domain, figure in self.per_domain.items() if domain != "gpu")
         )
 
 

@@ -22,6 +22,8 @@ from ..gate.settings import DEFAULT_CONFIDENCE, GateOptions, check_confidence, p
 from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..gpu.specs import BACKEND_CHOICES, CapSpec, ClockSpec, default_backend, parse_caps, parse_clocks
 from ..meter.defaults import DEFAULT_MIN_TIME_S
+from ..meter.domains import parse_domains
+from ..meter.results import Domain
 from ..runs import DEFAULT_STORAGE, LATEST
 from .markers import MAX_MIN_TIME_S, MAX_REPEAT
 
@@ -39,6 +41,7 @@ class SessionOptions:
     min_time_s: float = DEFAULT_MIN_TIME_S
     repeat: int = 1
     lock_timeout_s: float = DEFAULT_TIMEOUT_S
+    domains: tuple[Domain, ...] = ("gpu",)   # --energy-domains: gpu, and the host's cpu and dram
     every_test: bool = False            # --energy-all
     top: int | None = None              # --energy-top
     budgets_file: Path | None = None    # --energy-budgets
@@ -85,6 +88,9 @@ OPTIONS = (
     Option("--energy-budgets", "text",
            "a TOML file of energy budgets per test, GPU model and cap (write one with `gpuenergy budgets`); "
            "a test's energy_budget marker wins over it", {"metavar": "FILE"}),
+    Option("--energy-domains", "list",
+           "what to measure beside the GPUs: gpu,cpu,dram adds the host's CPU packages and DRAM through Linux "
+           "powercap (RAPL), each with its ETS and the node's total (default gpu)", {"metavar": "DOMAINS"}),
     Option("--energy-min-time", "float",
            f"shortest measured region in seconds for energy_meter.measure() (default {DEFAULT_MIN_TIME_S})",
            {"metavar": "SECONDS"}),
@@ -117,7 +123,8 @@ INI_ONLY = (
     ("energy_carbon_g_per_kwh", "float", "the grid's g CO2e per kWh, for the emissions `gpuenergy history` reports"),
 )
 # Settings whose presence asks the session for the GPUs before any test does (see ``asked_for_gpus``).
-_GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices", "energy_all", "energy_top", "energy_budgets")
+_GPU_REQUESTS = ("gpu_backend", "gpu_caps", "gpu_clocks", "gpu_devices", "energy_all", "energy_top", "energy_budgets",
+                 "energy_domains")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -188,7 +195,15 @@ def parse_settings(config: pytest.Config) -> SessionOptions:
         every_test=bool(setting(config, "energy_all")),
         top=_number_setting(config, "energy_top", int, None, minimum=1, maximum=1_000_000),
         budgets_file=_path_setting(config, "energy_budgets"),
+        domains=_domains_setting(config),
     )
+
+
+def _domains_setting(config: pytest.Config) -> tuple[Domain, ...]:
+    try:
+        return parse_domains(setting(config, "energy_domains"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _path_setting(config: pytest.Config, name: str) -> Path | None:

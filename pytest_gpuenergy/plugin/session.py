@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
-from ..gate.budgets import Budget, check_budget, select_budget
+from ..gate.budgets import Budget, check_budget, domain_failures, select_budget
 from ..gpu.capping import PowerCap, PowerCapper
 from ..gpu.claims import Claim, claim_gpus, in_order
 from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
@@ -27,8 +27,10 @@ from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transien
 from ..gpu.journal import Journal, journal_for
 from ..gpu.locks import holding, lock_paths
 from ..gpu.placement import Placement, pin_current_device, pin_worker
+from ..host.recorder import HostRecorder, open_host
 from ..meter import CapContext, EnergyMeter
 from ..meter.distributed import current_group
+from ..meter.domains import merge_domains
 from ..meter.region import PendingResult
 from ..meter.results import EnergyResult, GpuResult
 from ..runs import PASSED, Outcome
@@ -60,7 +62,7 @@ class CaseRecord:
             notes = tuple(sorted({n for result in results for n in result.per_gpu[i].notes}))
             per_gpu.append(replace(gpu, repetitions=reps, notes=notes))
         notes = tuple(sorted({n for result in results for n in result.notes}))
-        return EnergyResult(per_gpu=tuple(per_gpu), notes=notes)
+        return EnergyResult(per_gpu=tuple(per_gpu), notes=notes, per_domain=merge_domains(results))
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class EnergySession:
         self.errors: list[str] = []               # figures that could not be worked out after their test
         self.budget_file: Any = None              # --energy-budgets (gate.budget_file.BudgetFile), loaded at start
         self.on_result: Callable[[str, EnergyResult], None] | None = None   # each case's figures, once worked out
+        self.host: HostRecorder | None = None      # --energy-domains with cpu or dram: the host's counters
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
@@ -149,6 +152,7 @@ class EnergySession:
                         self.repairs.append(outcome.message)
         self.limits = {gpu.uuid: retry_transient(gpu.limits, gpu.retry_backoff_s) for gpu in self.gpus}
         self._energy_at_start = self._session_energy()
+        self.host_recorder()      # a powercap tree that is missing or unreadable: one line, before any test
 
     def _arrange(self, pool: list[Gpu]) -> list[Gpu]:
         """The pool in the order this session's processes take it (``placement``): free GPUs first
@@ -207,6 +211,8 @@ class EnergySession:
                 problems.append(str(exc))
         if self.claim is not None:
             self.claim.release()
+        if self.host is not None:
+            self.host.stop()
         if self.backend is not None:
             self.backend.close()
         return problems
@@ -362,7 +368,21 @@ class EnergySession:
             on_result=(lambda result: self.record(test_id, result)) if record else None,
             work=work,
             rank_group=current_group,
+            host=self.host_recorder(),
         )
+
+    def host_recorder(self) -> HostRecorder | None:
+        """The host's counters for ``--energy-domains`` (None for the GPUs alone): started with the
+        session, and again once the simulator's virtual clock starts a test's world afresh."""
+        domains = tuple(d for d in self.options.domains if d in ("cpu", "dram"))
+        backend = self._require_backend()
+        if not domains or (self.host is not None and self.host.is_alive()):
+            return self.host
+        if self.host is not None:
+            self.host.raise_error()
+        simulator = getattr(backend, "nvml", None) if backend.simulated else None
+        self.host = open_host(domains, simulator=simulator, clock=backend.clock, virtual=backend.virtual_clock)
+        return self.host
 
     @property
     def leased(self) -> bool:
@@ -441,7 +461,7 @@ class EnergySession:
     def export_cases(self) -> str:
         """The cases as JSON, for a pytest-xdist worker to hand to the controller."""
         return json.dumps([
-            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot, record.outcome).to_json()
+            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot, record.outcome, record.merged.per_domain).to_json()
                        for slot, gpu in enumerate(record.merged.per_gpu)]]
             for case_id, record in self.cases.items()
         ])
@@ -451,7 +471,8 @@ class EnergySession:
         for case_id, data in json.loads(exported):
             entries = [CaseEntry.from_json(entry, "a pytest-xdist worker's results") for entry in data]
             record = self._case(case_id)
-            record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entries))))
+            record.results.append(PendingResult.of(EnergyResult(per_gpu=tuple(entries),
+                                                                per_domain=entries[0].per_domain if entries else {})))
             record.outcome = entries[0].outcome if entries else PASSED
 
     def junit_properties(self, test_id: str) -> list[tuple[str, object]]:
@@ -491,10 +512,16 @@ class EnergySession:
             return [NOTHING_MEASURED]
         lines = []
         for case in self.cases_of(test_id):
-            for gpu in case.merged.per_gpu:
+            merged = case.merged
+            for gpu in merged.per_gpu:
                 line = self._check_gpu(case.test_id, gpu, per_case[case.test_id])
                 if line:
                     lines.append(line)
+            limits = self.limits.get(merged.per_gpu[0].gpu_uuid)
+            if limits is not None:
+                number = split_region(case.test_id)[1]
+                where = (f" [{number}. region]" if number is not None else "") + f" at cap {merged.per_gpu[0].cap}"
+                lines += domain_failures(per_case[case.test_id], merged, limits, where)
         return lines
 
     def _file_budgets(self, file_key: str | None, case_id: str) -> list[Budget]:

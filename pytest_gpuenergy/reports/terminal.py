@@ -192,12 +192,25 @@ def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> lis
     if not lines:
         lines = _long_table(entries, names, width)
     lines += wrap(_bound_line(entries, names), width)
+    lines += _domain_lines(entries, names, width)
     lines += _not_passed_lines(entries, width)
     lines += wrap("method: " + ", ".join(sorted({_method(e) for e in entries})), width)
     if any(n != w for w, n in names.items()):
         lines += wrap("test: the workload's parameters; full ids in the JSON, Markdown and HTML reports", width)
     if simulated:
         lines += wrap(SIM_FOOTNOTE, width)
+    return lines
+
+
+def _domain_lines(entries: Sequence[CaseEntry], names: dict[str, str], width: int) -> list[str]:
+    """``--energy-domains``: each case's ETS per call by domain (its GPUs, the host's CPU and DRAM, the node)."""
+    cases = [e for e in entries if e.per_domain and e.gpu_slot == 0]
+    if not cases:
+        return []
+    lines = ["ETS per call by domain (the host's figures are the whole host's):"]
+    for entry in cases:
+        figures = ", ".join(f"{domain} {si(f.ets_j, 'J')}" for domain, f in entry.per_domain.items())
+        lines += wrap(f"{names[workload_key(entry.case_id, entry.cap)]} [{entry.cap}]: {figures}", width, indent="  ")
     return lines
 
 
@@ -277,7 +290,7 @@ def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None =
                   outcomes: Mapping[str, Outcome] | None = None) -> list[str]:
     """The session's measured cases (``(case id, EnergyResult)``, ``outcomes`` by case id) as results lines."""
     outcomes = outcomes or {}
-    entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED))
+    entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED), per_domain=result.per_domain)
                for case_id, result in cases for gpu in result.per_gpu]
     return results_lines(entries, width)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from ..errors import JsonInputError, StorageError
-from ..meter.results import BACKENDS, METHODS, POWER_SOURCES, Repetition
+from ..meter.results import BACKENDS, DOMAINS, METHODS, POWER_SOURCES, Domain, DomainEnergy, Repetition
 from . import OUTCOMES, PASSED
 from .ids import node_id_of
 from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none
@@ -136,7 +136,27 @@ class DocumentReader:
             clock_cap=clock_cap,
             sm_clock_cap_mhz=self.number(data, "sm_clock_cap_mhz", where, optional=True),
             gpu_slot=slot, host=host, rank=rank, outcome=outcome,
+            per_domain=self.domains(data, where),
         )
+
+    def domains(self, data: dict, where: str) -> dict[Domain, DomainEnergy]:
+        """A case's ``per_domain`` (absent: only the GPUs were measured): each figure within its bound."""
+        found = data.get("per_domain")
+        if found is None:
+            return {}
+        if not isinstance(found, dict):
+            raise self.fail(f"{where}.per_domain", "must be an object")
+        domains: dict[Domain, DomainEnergy] = {}
+        for name, figure in found.items():
+            at = f"{where}.per_domain.{name}"
+            domain = self.choice({"domain": name}, "domain", at, DOMAINS)
+            if not isinstance(figure, dict):
+                raise self.fail(at, "must be an object")
+            ets_j, low, high = (self.number(figure, key, at) for key in ("ets_j", "ets_low_j", "ets_high_j"))
+            if not low <= ets_j <= high:
+                raise self.fail(at, f"ets_low_j <= ets_j <= ets_high_j must hold, got {low!r} <= {ets_j!r} <= {high!r}")
+            domains[domain] = DomainEnergy(ets_j, low, high, self.flag(figure, "simulated", at))
+        return domains
 
     def repetition(self, data: Any, where: str) -> Repetition:
         if not isinstance(data, dict):

@@ -56,12 +56,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..meter.results import GpuResult
+from ..meter.results import Domain, DomainEnergy, GpuResult
 from . import PASSED, Outcome
 from .ids import node_id_of
 
@@ -84,6 +85,9 @@ class CaseEntry(GpuResult):
     test: str
     gpu_slot: int = 0              # the GPU's place among the case's GPUs (0 for a one-GPU test; a rank's order)
     outcome: Outcome = PASSED      # how the test ended; only passed cases are baselines and are compared
+    # --energy-domains: the case's figures per domain (its GPUs, the host's cpu and dram, the node's
+    # total), the same on each of its GPUs' entries; empty where only the GPUs were measured
+    per_domain: Mapping[Domain, DomainEnergy] = field(default_factory=dict, hash=False)
 
     @property
     def passed(self) -> bool:
@@ -99,10 +103,12 @@ class CaseEntry(GpuResult):
         return (self.case_id, self.cap, self.gpu_slot)
 
     @classmethod
-    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0, outcome: Outcome = PASSED) -> CaseEntry:
-        """``gpu``'s figures placed in a run: the ``slot``-th GPU of case ``case_id``."""
+    def from_gpu_result(cls, case_id: str, gpu: GpuResult, slot: int = 0, outcome: Outcome = PASSED,
+                        per_domain: Mapping[Domain, DomainEnergy] | None = None) -> CaseEntry:
+        """``gpu``'s figures placed in a run: the ``slot``-th GPU of case ``case_id`` (``per_domain``: the case's)."""
         figures = {f.name: getattr(gpu, f.name) for f in fields(GpuResult)}
-        return cls(**figures, case_id=case_id, test=node_id_of(case_id), gpu_slot=slot, outcome=outcome)
+        return cls(**figures, case_id=case_id, test=node_id_of(case_id), gpu_slot=slot, outcome=outcome,
+                   per_domain=dict(per_domain or {}))
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> CaseEntry:
@@ -112,8 +118,9 @@ class CaseEntry(GpuResult):
         return DocumentReader(source).case(data, "case")
 
     def to_json(self) -> dict[str, Any]:
+        domains = {"per_domain": {d: f.to_json() for d, f in self.per_domain.items()}} if self.per_domain else {}
         return {"case_id": self.case_id, "test": self.test, **super().to_json(),
-                "gpu_slot": self.gpu_slot, "outcome": self.outcome}
+                "gpu_slot": self.gpu_slot, "outcome": self.outcome, **domains}
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def build_documents(
             if not gpu.repetitions:
                 raise ValueError(f"build_documents: case {case_id!r} has no repetition on GPU {gpu.gpu_index}")
             outcome = (outcomes or {}).get(case_id, PASSED)
-            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(CaseEntry.from_gpu_result(case_id, gpu, slot, outcome))
+            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(
+                CaseEntry.from_gpu_result(case_id, gpu, slot, outcome, result.per_domain))
     documents = []
     for (backend, model), entries in groups.items():
         documents.append(RunDocument(

@@ -1,0 +1,191 @@
+"""``--energy-domains=gpu,cpu,dram`` end to end: per_domain in results and run documents, budgets by
+domain, and a powercap tree that is missing or unreadable said in one line before any test runs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuenergy.errors import BudgetError, StorageError
+from pytest_gpuenergy.gate.budgets import budget_from_marker
+from pytest_gpuenergy.meter.domains import parse_domains
+from pytest_gpuenergy.meter.results import DomainEnergy
+from pytest_gpuenergy.runs.records import RunDocument
+from pytest_gpuenergy.sim.powercap import HostModel
+
+WORK = '{"flops_tf32": 4e13, "bytes": 1e10, "kernels": 100}'
+
+
+def suite(budget: str = "") -> str:
+    return textwrap.dedent(f"""
+        import pytest
+
+        def step():
+            pass
+
+        {budget}
+        @pytest.mark.energy(work={WORK})
+        def test_train(energy_meter):
+            energy_meter.measure(step, warmup=1, min_time_s=0.5)
+            result = energy_meter.result
+            print("PER_DOMAIN", {{d: round(f.ets_j, 6) for d, f in result.per_domain.items()}})
+    """)
+
+
+def saved_cases(pytester: pytest.Pytester) -> list[dict]:
+    [path] = (pytester.path / ".energy").rglob("*.json")
+    return json.loads(path.read_text())["cases"]
+
+
+def test_gpu_cpu_and_dram_give_per_domain_figures_and_the_nodes_total_in_the_run_document(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
+    result.assert_outcomes(passed=1)
+    [case] = saved_cases(pytester)
+    domains = case["per_domain"]
+    assert list(domains) == ["gpu", "cpu", "dram", "node"]
+    for figure in domains.values():
+        assert figure["ets_low_j"] <= figure["ets_j"] <= figure["ets_high_j"]
+        assert figure["simulated"] is True
+    assert domains["gpu"]["ets_j"] == pytest.approx(case["summary"]["ets_j"])
+    assert domains["node"]["ets_j"] == pytest.approx(sum(domains[d]["ets_j"] for d in ("gpu", "cpu", "dram")))
+    # the simulated host worked through every call: two packages at idle + active power for T
+    host = HostModel()
+    time_s = case["summary"]["time_s"]
+    assert domains["cpu"]["ets_j"] == pytest.approx(2 * (host.package_idle_w + host.package_active_w) * time_s, rel=0.02)
+    assert domains["dram"]["ets_j"] == pytest.approx(2 * (host.dram_idle_w + host.dram_active_w) * time_s, rel=0.02)
+    result.stdout.fnmatch_lines(["*ETS per call by domain*", "*test_train* gpu * J, cpu * J, dram * J, node * J*"])
+
+
+def test_the_figures_repeat_and_only_the_domains_asked_for_are_measured(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=suite())
+    first = pytester.runpytest_subprocess("--energy-domains=gpu,cpu", "-s")
+    second = pytester.runpytest_subprocess("--energy-domains=cpu,gpu", "-s")
+    lines = [[line for line in run.outlines if "PER_DOMAIN" in line] for run in (first, second)]
+    assert lines[0] == lines[1] and len(lines[0]) == 1
+    assert "'cpu'" in lines[0][0] and "'dram'" not in lines[0][0]
+    plain = pytester.runpytest_subprocess("-s")
+    assert any("PER_DOMAIN {}" in line for line in plain.outlines)      # the GPUs alone: no per_domain
+
+
+@pytest.mark.parametrize(("budget_j", "fails"), [(1.0, True), (1e6, False)])
+def test_a_node_budget_fails_the_test_when_the_nodes_total_exceeds_it(
+        pytester: pytest.Pytester, budget_j: float, fails: bool) -> None:
+    pytester.makepyfile(test_work=suite(f'@pytest.mark.energy_budget(ets={budget_j}, domain="node")'))
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    if fails:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*energy budget exceeded at cap current: node ETS * J > budget 1 J (+*%) "
+                                     "(true node ETS within *-* J; simulated, n=1)*"])
+    else:
+        result.assert_outcomes(passed=1)
+
+
+def test_a_cpu_budget_without_the_host_measured_says_how_to_measure_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=suite('@pytest.mark.energy_budget(ets=5.0, domain="cpu")'))
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*energy_budget(ets=5, domain='cpu'): the cpu energy was not measured; "
+                                 "run with --energy-domains=gpu,cpu,dram*"])
+
+
+def test_an_unreadable_counter_is_one_line_before_any_test(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUENERGY_SIM_POWERCAP_FAULT", "unreadable")
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.errlines if "energy_uj" in line]
+    assert "permission denied: since Linux 5.10" in line and "sudo chmod a+r" in line
+    assert "Traceback" not in result.stderr.str() and "Traceback" not in result.stdout.str()
+
+
+def test_no_powercap_tree_is_one_line_before_any_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(pytester.path / "no-such-tree"))
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,dram")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: no Linux powercap tree at */no-such-tree *drop cpu,dram from --energy-domains*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_real_tree_beside_the_simulated_gpus_is_read_on_the_hosts_clock(pytester: pytest.Pytester,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPUENERGY_POWERCAP_ROOT wins over the simulated tree: a frozen copy of a tree reads 0 J, not simulated."""
+    root = pytester.path / "powercap"
+    for folder, name in (("intel-rapl:0", "package-0"), ("intel-rapl:0/intel-rapl:0:0", "dram")):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "name").write_text(name)
+        (root / folder / "energy_uj").write_text("12345")
+        (root / folder / "max_energy_range_uj").write_text("262143328850")
+    monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(root))
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save")
+    result.assert_outcomes(passed=1)
+    [case] = saved_cases(pytester)
+    assert case["per_domain"]["cpu"]["ets_j"] == 0 and case["per_domain"]["cpu"]["simulated"] is False
+    assert case["per_domain"]["node"]["simulated"] is True         # the GPUs' part is still simulated
+
+
+@pytest.mark.parametrize(("text", "problem"), [("cpu,dram", "gpu is always measured and must be named"), ("gpu,disk", "unknown domain 'disk'")])
+def test_domains_the_plugin_cannot_measure_are_a_usage_error(pytester: pytest.Pytester, text: str, problem: str) -> None:
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess(f"--energy-domains={text}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --energy-domains={text}: {problem}; choose from gpu,cpu,dram*"])
+
+
+def test_the_ini_form_takes_a_list(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nenergy_domains = gpu dram\n")
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("-s")
+    assert any("PER_DOMAIN" in line and "'dram'" in line and "'cpu'" not in line for line in result.outlines)
+
+
+# -- in process ---------------------------------------------------------------------------------------
+
+def test_parse_domains_keeps_a_fixed_order_and_drops_repeats() -> None:
+    assert parse_domains(None) == ("gpu",)
+    assert parse_domains("dram, GPU,dram") == ("gpu", "dram")
+
+
+def test_a_domain_budget_is_checked_at_collection() -> None:
+    assert budget_from_marker((), {"ets": 5, "domain": "node"}).describe() == "energy_budget(ets=5, domain='node')"
+    assert budget_from_marker((), {"ets": 5}).domain == "gpu"
+    with pytest.raises(BudgetError, match=r"domain= must be one of 'gpu', 'cpu', 'dram', 'node', got 'disk'"):
+        budget_from_marker((), {"ets": 5, "domain": "disk"})
+
+
+def _document(per_domain: object) -> dict:
+    case = {"case_id": "t.py::test_a", "test": "t.py::test_a", "cap": "current", "gpu_index": 0, "gpu_name": "H100",
+            "gpu_uuid": "GPU-0", "backend": "sim", "simulated": True, "method": "counter", "power_source": None,
+            "limit_requested_w": None, "limit_enforced_w": 700.0, "default_limit_w": 700.0,
+            "repetitions": [{"ets_j": 10.0, "time_s": 1.0, "ets_low_j": 9.0, "ets_high_j": 11.0}],
+            "per_domain": per_domain}
+    return {"format": "pytest-gpuenergy-run", "version": 3, "run_id": "r1", "created_at": "2026-11-25T10:00:00+00:00",
+            "backend": "sim", "simulated": True, "gpu_model": "H100", "machine": {}, "commit": None, "options": {},
+            "cases": [case]}
+
+
+def test_per_domain_survives_a_run_document_and_damage_to_it_is_named() -> None:
+    figures = {"gpu": DomainEnergy(10.0, 9.0, 11.0, True), "cpu": DomainEnergy(4.0, 3.9, 4.1, True)}
+    data = _document({d: f.to_json() for d, f in figures.items()})
+    document = RunDocument.from_json(data, "run.json")
+    assert document.cases[0].per_domain == figures
+    assert document.to_json()["cases"][0]["per_domain"] == data["cases"][0]["per_domain"]
+    assert "per_domain" not in RunDocument.from_json(_document(None), "run.json").to_json()["cases"][0]
+    bad = {"cpu": {"ets_j": 5.0, "ets_low_j": 3.9, "ets_high_j": 4.1, "simulated": True}}
+    with pytest.raises(StorageError, match=r"cases\[0\].per_domain.cpu: ets_low_j <= ets_j <= ets_high_j must hold"):
+        RunDocument.from_json(_document(bad), "run.json")
+    with pytest.raises(StorageError, match=r"per_domain.disk.domain: must be one of gpu, cpu, dram, node"):
+        RunDocument.from_json(_document({"disk": bad["cpu"]}), "run.json")
+
+
+def test_old_documents_without_per_domain_still_load(tmp_path: Path) -> None:
+    data = _document(None)
+    del data["cases"][0]["per_domain"]
+    assert RunDocument.from_json(data, "run.json").cases[0].per_domain == {}
