@@ -305,12 +305,14 @@ def test_the_simulated_extras_address_the_machines_gpus_whichever_library_shows_
 
 
 @pytest.mark.parametrize(("env", "visible"), [
-    ({"CUDA_VISIBLE_DEVICES": "1"}, [1, 2, 3]),
-    ({"CUDA_VISIBLE_DEVICES": "1,0"}, [1, 0, 2, 3]),
-    ({"CUDA_VISIBLE_DEVICES": "0,7,1"}, [0, 2, 3]),            # parsing stops at an entry that matches nothing
+    ({"CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0,1"}, [1, 2, 3]),
+    ({"CUDA_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "0,1"}, [1, 0, 2, 3]),
+    ({"CUDA_VISIBLE_DEVICES": "0,7,1", "HIP_VISIBLE_DEVICES": "0,1"}, [0, 2, 3]),   # parsing stops at an entry that matches nothing
     ({"ROCR_VISIBLE_DEVICES": "1"}, [0, 1, 3]),               # AMD's own indices: the second AMD GPU
     ({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}, [0, 1, 2]),   # HIP indexes what ROCR left
     ({"HIP_VISIBLE_DEVICES": "0"}, [0, 1, 2]),
+    ({"CUDA_VISIBLE_DEVICES": "1"}, [1, 3]),                  # without HIP's, HIP reads CUDA's: both vendors
+    ({"CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0"}, [1, 2]),
     ({"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}, [0, 1, 2, 3]),   # "" hides nothing simulated
 ])
 def test_each_librarys_gpus_are_filtered_by_its_own_runtimes_variable(monkeypatch, env, visible):

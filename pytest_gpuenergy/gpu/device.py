@@ -38,11 +38,13 @@ RETRY_BACKOFF_S = 0.2
 SIM_RETRY_BACKOFF_S = 0.01
 _T = TypeVar("_T")
 
-#: Which variable hides GPUs from the compute runtime, per library: CUDA for NVIDIA; for AMD the
-#: ROCm runtime's (``ROCR_VISIBLE_DEVICES`` is applied first, then HIP's, as ROCm documents).
-VISIBILITY_VARIABLES: dict[str, tuple[str, ...]] = {
-    "nvml": ("CUDA_VISIBLE_DEVICES",),
-    "amdsmi": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+#: Which variables hide GPUs from the compute runtime, per library, in the order the runtime applies
+#: them; of the names in one step the first that is set counts. NVIDIA: CUDA's. AMD (ROCm's "GPU
+#: isolation techniques"): ``ROCR_VISIBLE_DEVICES`` first, then HIP's, for which HIP also reads
+#: ``CUDA_VISIBLE_DEVICES`` ("for portability across vendors") where ``HIP_VISIBLE_DEVICES`` is unset.
+VISIBILITY_VARIABLES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "nvml": (("CUDA_VISIBLE_DEVICES",),),
+    "amdsmi": (("ROCR_VISIBLE_DEVICES",), ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")),
 }
 
 
@@ -412,18 +414,19 @@ def visible_gpus(gpus: Sequence[Gpu], variables: Mapping[str, str | None] | None
 
     The libraries themselves ignore the variables, so the plugin applies them: entries are the
     library's indices or (prefixes of) UUIDs; like CUDA, parsing stops at the first entry that
-    matches nothing. For AMD, ``ROCR_VISIBLE_DEVICES`` picks first and ``HIP_VISIBLE_DEVICES``
-    indexes what it left. Indices are PCI order: set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees.
-    ``variables``: the environment (default ``os.environ``). A variable set to "" hides every GPU of its library; on the simulator it is ignored (CPU-only CI
-    jobs set it, and simulated GPUs stand in for none of the host's).
+    matches nothing. For AMD, ``ROCR_VISIBLE_DEVICES`` picks first and ``HIP_VISIBLE_DEVICES`` (else
+    ``CUDA_VISIBLE_DEVICES``) indexes what it left. Indices are PCI order: set
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees. ``variables``: the environment (default
+    ``os.environ``). A variable set to "" hides every GPU of its library; on the simulator it is
+    ignored (CPU-only CI jobs set it, and simulated GPUs stand in for none of the host's).
     """
     if variables is None:
         variables = os.environ
     chosen: list[Gpu] = []
-    for library, names in VISIBILITY_VARIABLES.items():
+    for library, steps in VISIBILITY_VARIABLES.items():
         mine = [g for g in gpus if g.library == library]
-        for name in names:
-            value = variables.get(name)
+        for names in steps:
+            value = next((found for name in names if (found := variables.get(name)) is not None), None)
             if value is None or (simulated and not _split(value)):
                 continue
             mine = _visible(mine, value)
