@@ -43,22 +43,25 @@ die)" (ROCm/rocm_smi_lib#160) and Zeus measured 0 W there (ml-energy/zeus#203).
 AMD measurement behaviour: the energy accumulator counts in units of 15.3 uJ (``counter_resolution``
 of ``amdsmi_get_energy_count``; rocm-smi shows counter 65628 as 1004108.41 uJ in ROCm/amdsmi#38) and
 the driver refreshes its metrics at most every 1 ms, returning the cached value in between (a ROCm
-maintainer in ROCm/ROCm#1649): the simulated counter and power are published every 1 ms. MI300X
-reports ``current_socket_power`` but ``average_socket_power`` as "N/A"; MI210 (and MI250X) the
-average but not the current one (zeus#203); the average's window is about 100 ms (a ROCm maintainer in
+maintainer in ROCm/legacy-rocm-build#1649, once ROCm/ROCm): the simulated counter and power are
+published every 1 ms. MI300X reports ``current_socket_power`` but ``average_socket_power`` as "N/A",
+the MI210 the average but not the current one (zeus#203), and the MI250X is assumed to report as the
+MI210 (the same CDNA2 driver); the average's window is about 100 ms (a ROCm maintainer in
 ROCm/ROC-smi#89: "could be around 100ms or so").
 
 Not published, so assumed here: the power-cap minimums (MI300X 200 W; MI250X 200 W per package;
-MI210 150 W: low enough for the main job's 60 % caps; a real node may refuse lower caps: ROCm/ROCm#5231
-reports an MI300X whose driver would not go from 750 W to 500 W), the idle powers (MI300X 150 W:
-rocm-smi showed 191 W at 0 % activity with its memory allocated in #5231; MI250X 90 W per package, as
-zeus#203 read 88-93 W on idle primaries; MI210 40 W), the lowest engine clock (500 MHz) and the memory
-clocks (MI300X 1,300 MHz, MI250X/MI210 1,600 MHz: the HBM data rates halved).
+MI210 150 W: low enough for the main job's 60 % caps; a real node may refuse lower caps:
+ROCm/legacy-rocm-build#5231 reports an MI300X whose driver would not go from 750 W to 500 W), the
+idle powers (MI300X 150 W: rocm-smi showed 191 W at 0 % activity with its memory allocated in #5231;
+MI250X 90 W per package, as zeus#203 read 88-93 W on idle primaries; MI210 40 W), the lowest engine
+clock (500 MHz) and the memory clocks (MI300X 1,300 MHz, MI250X/MI210 1,600 MHz: the HBM data rates
+halved).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class GpuSpec:
     counter_period_s: float = 0.100          # how often the energy counter is published
     power_window_s: float = 0.025            # the window an instant-power reading averages
     power_publish_s: float = 0.100           # how often that reading is published
-    power_usage_average_s: float = 0.025     # window of nvmlDeviceGetPowerUsage (1 s on Ampere+); AMD: average_socket_power's
+    power_usage_average_s: float = 0.025     # nvmlDeviceGetPowerUsage's window (1 s on Ampere+); AMD: the average's
     vendor: str = "nvidia"                   # "amd": read through the simulated amdsmi, not NVML
     dies: int = 1                            # devices per board as the library lists them (MI250X: 2 GCDs)
     has_average_power: bool = True           # AMD: average_socket_power reported (not "N/A")
@@ -103,7 +106,7 @@ class GpuSpec:
 
 SIMULATED_SUFFIX = " (simulated)"
 #: How AMD SMI publishes its readings (see the module's docstring): every 1 ms, the average over 100 ms.
-_AMD_READINGS: dict = {"counter_period_s": 0.001, "power_window_s": 0.001, "power_publish_s": 0.001,
+_AMD_READINGS: dict[str, Any] = {"counter_period_s": 0.001, "power_window_s": 0.001, "power_publish_s": 0.001,
                        "power_usage_average_s": 0.1}
 
 GPU_MODELS: dict[str, GpuSpec] = {
