@@ -37,6 +37,8 @@ from pytest_gpuenergy.sim.amdsmi import COUNTER_RESOLUTION_UJ, SimulatedAmdSmi
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
 from pytest_gpuenergy.sim.roofline import GpuWork
 
+from helpers import spin
+
 
 def opened(monkeypatch: pytest.MonkeyPatch, gpus: str, **env: str) -> Backend:
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", gpus)
@@ -253,6 +255,24 @@ def test_a_1_ms_counter_is_read_every_10_ms_not_chased_tick_by_tick(backend):
     assert not recorder.learns_lattice and lattice is None
     assert len(gaps) > 50 and gaps[len(gaps) // 2] == pytest.approx(0.01, abs=1e-6)
     assert all(rep.ets_j > 0 for rep in meter.result.per_gpu[0].repetitions)      # and never a false "stuck"
+
+
+def test_in_real_time_a_recorder_thread_reads_the_1_ms_counter_and_the_bound_holds_the_truth(monkeypatch):
+    """On the wall clock (a thread reads the counter, as on a real GPU): the figure of 0.3 s of work
+    is inside its bound and within 2 % of the simulator's exact integral, on a loaded machine."""
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    backend = opened(monkeypatch, "MI300X")
+    try:
+        gpu = backend.all_gpus[0]
+        meter = EnergyMeter(backend, [gpu])
+        with meter:
+            spin(0.3)
+        t0, t1 = meter.last_region
+        truth_j = (gpu.amdsmi.simExactEnergyMj(gpu.handle, t1) - gpu.amdsmi.simExactEnergyMj(gpu.handle, t0)) / 1000
+        rep = meter.result.per_gpu[0].repetitions[0]
+        assert rep.ets_low_j <= truth_j <= rep.ets_high_j and abs(rep.ets_j / truth_j - 1) < 0.02, (rep, truth_j)
+    finally:
+        backend.close()
 
 
 @pytest.mark.sim_gpus("MI300X")
