@@ -27,13 +27,8 @@ from dataclasses import dataclass
 import _common as common
 import numpy as np
 
-from pytest_gpuenergy.meter.attribution import (
-    OTHER,
-    Attribution,
-    alignment_gap_s,
-    attribute_phases,
-    region_time_needed_s,
-)
+from pytest_gpuenergy.meter.attribution import OTHER, Attribution, attribute_phases
+from pytest_gpuenergy.meter.phase_design import alignment_gap_s, region_time_needed_s
 
 NAME = "phase_attribution"
 LENGTHS_S = (0.002, 0.005, 0.01, 0.05)

@@ -10,8 +10,9 @@ constant mean power, every window is a linear equation::
 and many windows give an over-determined system in the few phase powers. :func:`attribute_phases`
 solves it by least squares with each power kept within [``min_power_w``, ``max_power_w``]. The
 phases can only be told apart where their shares of the windows vary; where they always appear in
-the same proportions (or there are too few windows) no fit can split them, and the result says so
-with a bound that spans every split the data allow instead of a confident wrong answer.
+the same proportions (or there are too few windows, or their shares vary hardly more than the
+publications' dating error makes them seem to) no fit can split them, and the result says so with
+a bound that spans every split the data allow instead of a confident wrong answer.
 
 **The bound** of each power adds three parts: the fit's statistical error (its covariance, taken
 as the larger of the textbook one and one robust to windows that share a phase's occurrence,
@@ -25,9 +26,8 @@ variance, so that the least known phases absorb it; and each bound is intersecte
 region's own bound leaves for that phase once the others take their bounds' extremes (and
 widened, where needed, to hold the moved figure).
 
-:func:`alignment_gap_s` and :func:`region_time_needed_s` design the measurement so that the fit
-can succeed: how long an idle gap after each call spreads the publications across the call, and
-how long a region gives a wanted relative bound. ``docs/explanation/phases.md`` derives both.
+``phase_design.py`` designs the measurement so that the fit can succeed (the gap after each call,
+the region length a wanted bound needs); ``docs/explanation/phases.md`` explains both.
 
 Pure maths (numpy): no threads, no clocks, no GPU.
 """
@@ -35,7 +35,7 @@ Pure maths (numpy): no threads, no clocks, no GPU.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,8 +48,8 @@ OTHER = "other"                 # the time between marked phases
 DEFAULT_CONFIDENCE = 0.99
 _RANK_TOLERANCE = 1e-8          # a direction of the (column-normalised) coverage matrix this flat is no information
 _LOOSE_SHARE = 0.5              # a power bound wider than this share of [min, max] power: the data barely tell it apart
-_MIN_DOF = 2                    # residual degrees of freedom a fit needs before its covariance means anything
-_DESIGN_JITTER = 0.01           # the spread of a call's phase lengths in region_time_needed_s's synthetic run
+MIN_DOF = 2                    # residual degrees of freedom a fit needs before its covariance means anything
+_REAL_SHARE = 0.9               # a group's share of the windows must vary at least this much for real, not by dating noise
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ class Attribution:
 
 # -- the phase timeline ----------------------------------------------------------------------------
 
-class _Timeline:
-    """Cumulative time of each phase since ``t0``, evaluated at any moments (vectorised)."""
+class PhaseTimeline:
+    """Cumulative time of each phase since ``t0``, evaluated at any moments (vectorised); phase_design.py
+    lays out its synthetic runs with it too."""
 
     def __init__(self, timeline: Sequence[tuple[str, float, float]], t0: float, t1: float) -> None:
         names: list[str] = []
@@ -137,6 +138,11 @@ class _Timeline:
         if OTHER in self.names:
             out[:, -1] = (moments - self.t0) - out[:, :len(self.marked)].sum(axis=1)
         return out
+
+    def phase_at(self, moments: np.ndarray) -> np.ndarray:
+        """The index (in ``names``) of the phase under each moment (-1: outside the region)."""
+        around = np.diff(self.cumulative(np.stack((moments - 1e-7, moments + 1e-7), axis=1).ravel()), axis=0)[::2]
+        return np.where(around.sum(axis=1) > 0, around.argmax(axis=1), -1)
 
     def totals_s(self) -> np.ndarray:
         return self.cumulative(np.array([self.t1]))[0]
@@ -211,6 +217,45 @@ def _confounded_groups(a: np.ndarray, fitted: list[list[int]]) -> list[list[int]
     return list(roots.values())
 
 
+def _real_shares(coverage: np.ndarray, groups: list[list[int]], at_edge: np.ndarray, errors_s: np.ndarray) -> np.ndarray:
+    """Per group: the part of the variation of its share of the windows that is real rather than the
+    publications' dating error (1: all real; <= 0: none).
+
+    A publication dated d late moves d of the phase under it into the window before and changes
+    that window's length: each share moves by (1[the phase is p] - share) d / length. Where the
+    coverage varies no more than that, a fit would read the dating noise as information and
+    shrink the phase's power towards the others' (errors in the variables: attenuation).
+    """
+    lengths = coverage.sum(axis=1)
+    out = np.empty(len(groups))
+    for j, group in enumerate(groups):
+        share = coverage[:, group].sum(axis=1) / lengths
+        under = np.isin(at_edge, group).astype(float)
+        noise = ((under[1:] - share) ** 2 * errors_s[1:] ** 2 + (under[:-1] - share) ** 2 * errors_s[:-1] ** 2) / 3
+        spread = float(np.var(share))
+        out[j] = 1 - float(np.mean(noise / lengths ** 2)) / spread if spread > 0 else -math.inf
+    return out
+
+
+def _merge_noise_dominated(coverage: np.ndarray, groups: list[list[int]], at_edge: np.ndarray,
+                           errors_s: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+    """``groups`` with each whose share varies mostly by dating noise merged into the group its share
+    moves with most, until every group's variation is at least ``_REAL_SHARE`` real; and each
+    group's real share."""
+    real = _real_shares(coverage, groups, at_edge, errors_s)
+    while len(groups) > 1 and real.min() < _REAL_SHARE:
+        weak = int(real.argmin())
+        lengths = coverage.sum(axis=1)
+        shares = [coverage[:, g].sum(axis=1) / lengths for g in groups]
+        moves = [abs(float(np.corrcoef(shares[weak], shares[j])[0, 1])) if j != weak and np.var(shares[j]) > 0
+                 and np.var(shares[weak]) > 0 else 0.0 for j in range(len(groups))]
+        partner = int(np.argmax(moves)) if max(moves) > 0 else (1 if weak == 0 else 0)
+        merged = sorted(groups[weak] + groups[partner])
+        groups = [g for j, g in enumerate(groups) if j not in (weak, partner)] + [merged]
+        real = _real_shares(coverage, groups, at_edge, errors_s)
+    return groups, real
+
+
 def _fit_powers(a: np.ndarray, e: np.ndarray, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
     """The unconstrained and the bounded least-squares powers."""
     return np.linalg.lstsq(a, e, rcond=None)[0], _bounded_lstsq(a, e, low, high)
@@ -226,7 +271,7 @@ def _half_widths_w(
     inverse = np.linalg.inv(a.T @ a)
     ols = residual @ residual / (n - k) * np.diag(inverse)
     clusters = math.ceil(n / per_cluster)
-    if clusters >= k + _MIN_DOF:
+    if clusters >= k + MIN_DOF:
         # Windows that share one occurrence of a phase share its deviation from the mean power:
         # a cluster-robust (CR1) covariance over runs of windows holds where the textbook one is too small.
         scores = np.add.reduceat(a * residual[:, None], np.arange(0, n, per_cluster), axis=0)
@@ -277,7 +322,7 @@ def attribute_phases(
     times, energies, errors = times[inside], energies[inside], errors[inside]
     if np.any(np.diff(energies) < 0):
         raise MeasurementError("the energy counter went backwards inside the region: no attribution is possible")
-    line = _Timeline(timeline, t0_s, t1_s)
+    line = PhaseTimeline(timeline, t0_s, t1_s)
     totals_s = line.totals_s()
     k = len(line.names)
     notes: list[str] = []
@@ -288,7 +333,7 @@ def attribute_phases(
                            if not windowed[i]}
     groups = [[i] for i in seen]
     windows = len(coverage)
-    if seen and windows < len(seen) + _MIN_DOF:
+    if seen and windows < len(seen) + MIN_DOF:
         groups = [seen] if len(seen) > 1 else groups
         if len(seen) > 1:
             for i in seen:
@@ -298,6 +343,16 @@ def attribute_phases(
         if merged is None:
             break
         groups = merged
+    real = np.ones(len(groups))
+    if len(groups) > 1 and np.any(errors > 0):
+        flat = groups
+        groups, real = _merge_noise_dominated(coverage, groups, line.phase_at(times), errors)
+        for group in groups:
+            if group not in flat:
+                for i in group:
+                    why.setdefault(i, "its share of the counter's windows varies hardly more than the publications' "
+                                      "dating error: the windows cannot tell it from "
+                                      + ", ".join(line.names[j] for j in group if j != i))
     for group in groups:
         if len(group) > 1:
             for i in group:
@@ -317,6 +372,10 @@ def attribute_phases(
             half_w = _half_widths_w(a, e, free, per_cluster, confidence, resolution_j, shifted)
         else:
             half_w = np.full(len(groups), math.inf)
+        windows_w = float(e.sum() / a.sum())
+        # Dating noise in the coverage shrinks a fitted power towards the mean by the real share of
+        # its variation: the truth lies (1 - real) / real of the distance further out at most.
+        half_w = half_w + (1 - real) / real * np.abs(free - windows_w) if len(groups) > 1 else half_w
         for g, group in enumerate(groups):
             power_low_w = max(min_power_w, float(free[g] - half_w[g]))
             power_high_w = min(max_power_w, float(free[g] + half_w[g]))
@@ -393,165 +452,3 @@ def publication_arrays(publications: Sequence[Publication]) -> tuple[list[float]
     times (s), cumulative energies (J) and dating errors (s) :func:`attribute_phases` takes."""
     return ([p.when for p in publications], [p.value / 1000.0 for p in publications],
             [(p.latest - p.earliest) / 2 for p in publications])
-
-
-# -- designing the measurement ---------------------------------------------------------------------
-
-def alignment_gap_s(call_s: float, period_s: float, *, offsets: int = 8) -> float:
-    """The idle gap (s) to leave after each call so that the counter's publications fall at spread
-    points of the call; 0 where they already do.
-
-    The fit learns a phase's power from how much of it each window holds, which varies only as the
-    windows' edges fall at different points of the call. Back-to-back calls of ``call_s`` put the
-    k-th publication at k * period_s mod call_s: a 20 ms call under a 100 ms counter puts every one
-    at the same point (every window holds five whole calls) and no phase can be told from another.
-    The gap returned is the shortest (in steps of call_s / 400) after which the publications of
-    any ``offsets`` periods' worth of calls leave no empty arc longer than 2 / ``offsets`` of the
-    call. A gap is idle time the meter knows exactly: it goes in the timeline as a phase of its own.
-    """
-    if call_s <= 0 or period_s <= 0 or offsets < 2:
-        raise MeasurementError(f"alignment_gap_s needs call_s > 0, period_s > 0 and offsets >= 2 "
-                               f"(got {call_s}, {period_s}, {offsets})")
-    count = offsets * max(1, math.ceil(call_s / period_s))
-    for step in range(401):
-        gap = call_s * step / 400
-        if _largest_empty_arc(call_s + gap, period_s, count) <= 2 / offsets:
-            return gap
-    return call_s
-
-
-def _largest_empty_arc(cycle_s: float, period_s: float, count: int) -> float:
-    """The largest gap, as a share of the cycle, between the points k * period_s mod cycle_s (k < count)."""
-    points = np.sort(np.mod(np.arange(count) * period_s, cycle_s) / cycle_s)
-    points = points[np.concatenate(([True], np.diff(points) > 1e-9))]
-    return float(np.diff(np.concatenate((points, [points[0] + 1.0]))).max())
-
-
-@dataclass(frozen=True)
-class _Design:
-    """A long synthetic run of the planned calls under the counter: what its windows tell the fit."""
-
-    names: tuple[str, ...]
-    asked: np.ndarray            # the caller's phases (not the meter's own gap)
-    powers_w: np.ndarray
-    windows: int
-    per_cluster: int             # windows the fit's robust covariance takes together (as attribute_phases does)
-    variance_w2: np.ndarray      # each power's variance from ``windows`` windows (it falls as 1/windows)
-    dating_w: np.ndarray         # the change a common dating error makes over ``windows`` windows (falls as 1/sqrt)
-    resolution_w: np.ndarray     # the counter's resolution, pushed through the fit (does not fall)
-
-    def half_widths_w(self, windows: int, confidence: float) -> np.ndarray:
-        """Each power's expected bound half-width from a region of ``windows`` windows (inf: too few)."""
-        k = len(self.names)
-        clusters = windows // self.per_cluster
-        if clusters < k + _MIN_DOF:
-            return np.full(k, math.inf)
-        t = student_t_ppf(0.5 + confidence / 2, float(min(windows - k, clusters - 1)))
-        scale = self.windows / windows
-        return t * np.sqrt(self.variance_w2 * scale) + self.dating_w * math.sqrt(scale) + self.resolution_w
-
-
-def _design(phase_lengths_s: Mapping[str, float], phase_powers_w: Mapping[str, float], period_s: float,
-            power_noise: float, dating_error_s: float, resolution_j: float, idle_power_w: float | None) -> _Design:
-    names = list(phase_lengths_s)
-    if not names or set(names) != set(phase_powers_w) or any(v <= 0 for v in phase_lengths_s.values()):
-        raise MeasurementError("give every phase of a call a length (> 0 s) and a power, under the same names")
-    lengths = [float(phase_lengths_s[n]) for n in names]
-    powers = [float(phase_powers_w[n]) for n in names]
-    call_s = sum(lengths)
-    gap_s = alignment_gap_s(call_s, period_s)
-    if gap_s > 0:
-        names.append("gap")
-        lengths.append(gap_s)
-        powers.append(min(powers) if idle_power_w is None else idle_power_w)
-    cycle_s = call_s + gap_s
-    calls = max(64, math.ceil(400 * period_s / cycle_s))
-    # Calls never repeat to the microsecond: each occurrence lasts its length with a 1 % spread
-    # (seeded: the same design on every host), so the offsets wander as they do in a real run.
-    durations = np.array(lengths)[None, :] * (1 + _DESIGN_JITTER * np.random.default_rng(0).standard_normal(
-        (calls, len(lengths))))
-    ends = np.cumsum(durations.ravel())
-    occurrence_start, occurrence_end = ends - durations.ravel(), ends
-    label = [f"p{j}" for j in range(len(names))]            # design names never clash with OTHER
-    timeline = [(label[j % len(names)], float(s), float(e))
-                for j, (s, e) in enumerate(zip(occurrence_start, occurrence_end))]
-    end_s = float(ends[-1])
-    line = _Timeline(timeline, 0.0, end_s)
-    boundaries = np.arange(period_s / 2, end_s, period_s)
-    a = line.coverage(boundaries)
-    power = np.array(powers)
-    inverse = np.linalg.inv(a.T @ a)
-    # Each occurrence of a phase draws its own mean power (relative spread power_noise): the windows
-    # it overlaps share that deviation. Its effect on the fit, summed over the occurrences.
-    occurrence_power = np.tile(power, calls)
-    first = np.searchsorted(boundaries, occurrence_start, side="right") - 1
-    last = np.searchsorted(boundaries, occurrence_end, side="left") - 1
-    effect = np.zeros((len(occurrence_start), len(names)))
-    own_j2 = np.zeros(len(a))            # each window's own variance from the occurrences in it (per unit noise^2)
-    for m in range(int((last - first).max()) + 1):
-        window = first + m
-        valid = (window >= 0) & (window < len(a)) & (window <= last)
-        w = np.clip(window, 0, len(a) - 1)
-        overlap = np.clip(np.minimum(occurrence_end, boundaries[np.minimum(w + 1, len(boundaries) - 1)])
-                          - np.maximum(occurrence_start, boundaries[w]), 0.0, None)
-        drawn = np.where(valid, overlap * occurrence_power, 0.0)
-        effect += drawn[:, None] * a[w]
-        np.add.at(own_j2, w, drawn ** 2)
-    spread = (effect @ inverse) * power_noise
-    # Each window's energy is also off by its quantisation (two floors: r^2/6) and by each edge's own
-    # dating error (uniform within +-dating_error_s, at the power of the phase there).
-    at_edge_w2 = float((a @ power ** 2).sum() / a.sum())
-    window_variance = resolution_j ** 2 / 6 + 2 * dating_error_s ** 2 / 3 * at_edge_w2
-    # As attribute_phases does: the larger of the robust variance and the textbook one.
-    robust = (spread ** 2).sum(axis=0) + window_variance * np.diag(inverse)
-    textbook = (power_noise ** 2 * float(own_j2.mean()) + window_variance) * np.diag(inverse)
-    variance = np.maximum(robust, textbook)
-    pseudo = inverse @ a.T
-    moved = line.coverage(boundaries + dating_error_s) @ power
-    per_cluster = max(1, math.ceil(2 * max(lengths) / period_s))
-    return _Design(tuple(names), np.array([n in phase_lengths_s for n in names]), power, len(a), per_cluster,
-                   variance, np.abs(pseudo @ moved - power), np.abs(pseudo).sum(axis=1) * resolution_j)
-
-
-def expected_rel_bounds(
-    phase_lengths_s: Mapping[str, float], phase_powers_w: Mapping[str, float], period_s: float, region_s: float, *,
-    power_noise: float = 0.02, dating_error_s: float = 1e-4, resolution_j: float = 0.001,
-    confidence: float = DEFAULT_CONFIDENCE, idle_power_w: float | None = None,
-) -> dict[str, float]:
-    """Each phase's expected bound half-width, as a share of its energy, for a region of ``region_s``
-    of back-to-back calls (with :func:`alignment_gap_s`'s gap, phase "gap", where one is needed)."""
-    design = _design(phase_lengths_s, phase_powers_w, period_s, power_noise, dating_error_s, resolution_j,
-                     idle_power_w)
-    half = design.half_widths_w(math.floor(region_s / period_s) - 1, confidence)
-    return {n: float(h / p) if p > 0 else math.inf for n, h, p in zip(design.names, half, design.powers_w)}
-
-
-def region_time_needed_s(
-    phase_lengths_s: Mapping[str, float], phase_powers_w: Mapping[str, float], period_s: float,
-    wanted_rel_bound: float, *, power_noise: float = 0.02, dating_error_s: float = 1e-4, resolution_j: float = 0.001,
-    confidence: float = DEFAULT_CONFIDENCE, idle_power_w: float | None = None, longest_s: float = 3600.0,
-) -> float:
-    """How long a region of back-to-back calls must be for every phase's bound to be within
-    ``wanted_rel_bound`` of its energy (inf: not within ``longest_s``).
-
-    ``phase_lengths_s``/``phase_powers_w``: one call's phases in order (include the call's
-    unmarked time, e.g. "other"), their lengths and expected mean powers; ``power_noise``: the
-    relative spread of one occurrence's mean power; ``dating_error_s``: the lattice's dating error.
-    The statistical and dating parts of the bound fall as 1/sqrt(windows); the resolution's does not.
-    """
-    if not 0 < wanted_rel_bound < 1 or period_s <= 0:
-        raise MeasurementError(f"region_time_needed_s needs 0 < wanted_rel_bound < 1 and period_s > 0 "
-                               f"(got {wanted_rel_bound}, {period_s})")
-    design = _design(phase_lengths_s, phase_powers_w, period_s, power_noise, dating_error_s, resolution_j,
-                     idle_power_w)
-
-    def good(windows: int) -> bool:
-        half = design.half_widths_w(windows, confidence)[design.asked]
-        return bool(np.all(half <= wanted_rel_bound * design.powers_w[design.asked]))
-    low, high = 1, max(2, math.floor(longest_s / period_s) - 1)
-    if not good(high):
-        return math.inf
-    while high - low > 1:        # the half-widths only shrink with more windows: bisect
-        middle = (low + high) // 2
-        low, high = (low, middle) if good(middle) else (middle, high)
-    return (high + 1) * period_s
