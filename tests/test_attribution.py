@@ -241,8 +241,10 @@ def test_a_timeline_that_cannot_be_a_phase_timeline_is_refused_in_one_line(timel
 
 @pytest.mark.parametrize(("change", "words"), [
     ({"energies_j": [0.0, 3.0, 2.0]}, "went backwards"),
+    ({"times_s": [0.0, 0.5, 0.5]}, "same moment"),
     ({"ets_j": 5.0}, "lies outside its bound"),
     ({"energies_j": [0.0, 1.0]}, "3 publication times but 2 energies"),
+    ({"dating_error_s": [0.001, 0.001]}, "and 2 dating errors"),
     ({"max_power_w": 0.0}, "0 <= min_power_w < max_power_w"),
     ({"calls": 0}, "at least one call"),
 ])

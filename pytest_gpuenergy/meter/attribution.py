@@ -302,7 +302,10 @@ def attribute_phases(
     ``dating_error_s``; the cumulative counter in J, to ``resolution_j``); those outside the
     region are ignored. ``timeline``: (phase name, start_s, end_s), not overlapping; the time no
     phase covers is :data:`OTHER`. ``ets_j`` and its bound: the region's ETS as the meter worked it
-    out (all ``calls`` calls together); the phases' energies add up to it exactly.
+    out (all ``calls`` calls together); the phases' energies add up to it exactly. ``max_power_w``:
+    the most the GPU can draw (pass the meter's ceiling, ``integrate.CEILING_FACTOR`` times its
+    highest limit: a GPU briefly draws above it); ``min_power_w``: the least a phase can draw.
+    ``confidence``: of each bound's statistical part (two-sided).
     """
     if t1_s <= t0_s or calls < 1:
         raise MeasurementError(f"a region needs t1_s > t0_s and at least one call (got {t0_s}-{t1_s} s, "
@@ -313,15 +316,19 @@ def attribute_phases(
     if not ets_low_j <= ets_j <= ets_high_j:
         raise MeasurementError(f"the region's ETS {ets_j} J lies outside its bound [{ets_low_j}, {ets_high_j}] J")
     times, energies = np.asarray(times_s, dtype=float), np.asarray(energies_j, dtype=float)
-    errors = np.broadcast_to(np.asarray(dating_error_s, dtype=float), times.shape)
-    if times.shape != energies.shape:
-        raise MeasurementError(f"{len(times)} publication times but {len(energies)} energies: give one energy per time")
+    errors = np.asarray(dating_error_s, dtype=float)
+    if times.shape != energies.shape or errors.size not in (1, times.size):
+        raise MeasurementError(f"{times.size} publication times but {energies.size} energies and {errors.size} dating "
+                               f"errors: give one energy (and one dating error, or one for all) per time")
+    errors = np.broadcast_to(errors, times.shape)
     order = np.argsort(times)
     times, energies, errors = times[order], energies[order], errors[order]
     inside = (times >= t0_s) & (times <= t1_s)
     times, energies, errors = times[inside], energies[inside], errors[inside]
     if np.any(np.diff(energies) < 0):
         raise MeasurementError("the energy counter went backwards inside the region: no attribution is possible")
+    if np.any(np.diff(times) <= 0):
+        raise MeasurementError("two publications are dated to the same moment: give each publication once")
     line = PhaseTimeline(timeline, t0_s, t1_s)
     totals_s = line.totals_s()
     k = len(line.names)
