@@ -15,6 +15,8 @@ import pytest
 from pytest_gpuenergy import fileio
 from pytest_gpuenergy.cli import table as table_cli
 from pytest_gpuenergy.errors import SettingError, StorageError
+from pytest_gpuenergy.meter.results import DomainEnergy
+from pytest_gpuenergy.reports.numbers import si
 from pytest_gpuenergy.reports.table import (
     MIXED_WARNING,
     SIM_WARNING,
@@ -313,7 +315,8 @@ def test_real_h100_v100_and_mi300x_runs_are_set_side_by_side(pytester, monkeypat
     pytester.makepyfile(test_suite=declared_suite(4e12))
     for model in ("H100", "V100", "MI300X"):
         monkeypatch.setenv("GPUENERGY_SIM_GPUS", model)
-        pytester.runpytest("--gpu-caps=60%,100%", "--energy-repeat=3", "--energy-save").assert_outcomes(passed=4)
+        pytester.runpytest("--gpu-caps=60%,100%", "--energy-repeat=3", "--energy-save",
+                           "--energy-domains=gpu,cpu,dram").assert_outcomes(passed=4)
     paths = sorted((pytester.path / ".energy").glob("sim/*/*.json"))
     assert len(paths) == 3
     monkeypatch.setenv("COLUMNS", "80")
@@ -333,6 +336,9 @@ def test_real_h100_v100_and_mi300x_runs_are_set_side_by_side(pytester, monkeypat
             assert f"| `{test}` | {label} | {vendor} | 100% ({doc.cases[0].default_limit_w:g} W) |" in markdown
             assert f"{saving:.1f}% |" in markdown
             best.setdefault(test, {})[label] = at["60%"]
+            (host,) = [e for e in doc.cases if e.case_id == f"test_suite.py::{test}[100%]"]
+            assert f"| `{test}` | ↳ host CPU (sim) |  | 100% ({host.default_limit_w:g} W) | " \
+                   f"{si(host.per_domain['cpu'].ets_j, 'J')} |" in markdown
     for test, figures in best.items():
         ranked = sorted(figures, key=figures.__getitem__)
         lead = 100 * (1 - figures[ranked[0]] / figures[ranked[1]])
@@ -353,3 +359,72 @@ def test_a_mixed_h100_and_mi300x_machine_gives_one_table_of_both(pytester, monke
     assert {d.label for d in table.devices} == {"H100 80GB HBM3 (sim)", "Instinct MI300X (sim)"}
     assert {d.vendor for d in table.devices} == {"NVIDIA", "AMD"}
     assert len(table.rows) == 4 and len(table.winners) == 2
+
+
+# -- the host's domains and the node's total (--energy-domains) -------------------------------------------
+
+HOST_W = {"cpu": 400.0, "dram": 60.0}      # a busy host: the longer a capped GPU works, the more it draws
+
+
+def with_domains(doc: RunDocument, *, host_simulated: bool = True) -> RunDocument:
+    """``doc`` as if saved with --energy-domains=gpu,cpu,dram: each case's host draws HOST_W over its T."""
+    cases = []
+    for entry in doc.cases:
+        time_s = statistics.fmean(r.time_s for r in entry.repetitions)
+        gpu_j = statistics.fmean(r.ets_j for r in entry.repetitions)
+        parts = {"gpu": gpu_j, **{domain: watts * time_s for domain, watts in HOST_W.items()}}
+        figures = {domain: DomainEnergy(j, 0.99 * j, 1.01 * j, host_simulated if domain != "gpu" else entry.simulated)
+                   for domain, j in parts.items()}
+        total = sum(parts.values())
+        figures["node"] = DomainEnergy(total, 0.99 * total, 1.01 * total, host_simulated or entry.simulated)
+        cases.append(replace(entry, per_domain=figures))
+    return replace(doc, cases=tuple(cases))
+
+
+def node_j(doc: RunDocument, cap: str, workload: str = "alexnet-train") -> float:
+    (entry,) = [e for e in doc.cases if e.case_id == f"tests/test_suite.py::test_train[{workload}-{cap}]"]
+    return entry.per_domain["node"].ets_j
+
+
+def test_the_hosts_domains_are_shown_at_the_gpus_two_settings_and_the_node_at_its_own_best_cap():
+    doc = with_domains(make_doc(seed=40, workloads=("alexnet-train",)))
+    table = build_table([doc])
+    (row,) = table.rows
+    cpu, dram, node = row.domains
+    assert (cpu.domain, dram.domain, node.domain) == ("cpu", "dram", "node")
+    (default,) = [e for e in doc.cases if e.cap == row.default.cap]
+    (best,) = [e for e in doc.cases if e.cap == row.best.cap]
+    assert (cpu.default_ets_j, cpu.best_ets_j) == (default.per_domain["cpu"].ets_j, best.per_domain["cpu"].ets_j)
+    assert cpu.saving_pct < 0 and cpu.best_cap is None        # the capped GPU works longer: the host draws more
+    at = {cap: node_j(doc, cap) for cap in ("200W", "300W", "400W", "500W", "700W")}
+    assert row.best.cap == "200W" and min(at, key=at.__getitem__) != "200W"   # the node's best is another cap
+    assert node.best_cap == min(at, key=at.__getitem__) and node.best_ets_j == min(at.values())
+    assert node.saving_pct == pytest.approx(100 * (1 - min(at.values()) / at["700W"]))
+    out = "\n".join(table_lines(table, 80))
+    assert max(len(line) for line in out.splitlines() if "/" not in line) <= 80
+    assert "↳ host CPU (sim)" in out and f"best {node.best_cap}" in out
+    assert "| ↳ node total (sim) |" in table_markdown(table) and "host CPU, host DRAM" in flat(table_html(table))
+
+
+def test_runs_without_domains_show_the_gpus_alone_and_the_node_lead_needs_every_device():
+    plain = make_doc(seed=41, workloads=("alexnet-train",), noise=0.001)
+    assert all(row.domains == () for row in build_table([plain]).rows)
+    # The V100's node total is less at its default limit and more at its best than the H100's.
+    v100 = with_domains(make_doc(seed=42, workloads=("alexnet-train",), gpu_name=V100, caps_w=(150.0, 300.0),
+                                 noise=0.001, scale={"alexnet-train": 0.99}))
+    assert build_table([plain, v100]).node_leads == ()                # the H100's run has no node figure
+    h100 = with_domains(plain)
+    table = build_table([h100, v100])
+    ((workload, text),) = table.node_leads
+    h100_node = min(node_j(h100, cap) for cap in ("200W", "300W", "400W", "500W", "700W"))
+    v100_node = min(node_j(v100, cap) for cap in ("150W", "300W"))
+    assert node_j(v100, "300W") < node_j(h100, "700W") and h100_node < v100_node
+    assert workload == TRAIN
+    assert text.startswith("least node total (GPU, CPU and DRAM, simulated): H100 80GB HBM3 (sim) at 500W, ")
+    assert f"{100 * (1 - h100_node / v100_node):.1f} % less than Tesla V100-SXM2-32GB (sim)" in text
+
+
+def test_a_measured_gpu_with_a_simulated_host_is_a_mixed_table():
+    doc = with_domains(make_doc(seed=43, backend="nvml", gpu_name=H100_REAL), host_simulated=True)
+    table = build_table([doc])
+    assert table.mixed and flat(MIXED_WARNING) in flat("\n".join(table_lines(table, 80)))

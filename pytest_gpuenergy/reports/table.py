@@ -21,6 +21,9 @@ How the figures are chosen, in one place (``build_table``):
 - The *most efficient* device of a workload has the least ETS at its best setting, among devices
   of the same origin: simulated figures are never ranked against measured ones. Whether the
   runner-up's ETS is higher beyond the repetitions' noise (the gate's test, at its confidence) is said.
+- Runs saved with ``--energy-domains`` also give, under each device, the host's CPU and DRAM at the
+  GPU's two settings and the node's total at the default and at the cap where it is least; the
+  device whose node total is least is named apart from the most efficient GPU (``DomainRow``).
 - Two runs of one device cannot both be shown: which is right is not for the table to guess, so
   it is an error naming both files. Only cases whose test passed are used (as baselines are);
   cases under an SM clock cap are left out with a note (the table compares power caps).
@@ -51,6 +54,7 @@ MIXED_WARNING = ("MIXED: this table holds simulated AND measured devices. Simula
                  "measurements; the two are never ranked against each other")
 SIM_WARNING = "SIMULATED: every figure in this table comes from the GPU simulator, not from a real GPU"
 WINNER_MARK = "*"
+DOMAIN_MARK = "↳"      # a host domain's row, under the device whose run measured it
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,31 @@ class DeviceRow:
     default_measured: bool     # False: no case ran at the default limit; ``default`` is the highest cap measured
     best: Setting
     saving_pct: float          # 100 x (1 - best ETS / default ETS): positive means less energy
+    domains: tuple[DomainRow, ...] = ()   # the host's CPU and DRAM and the node's total, where the run measured them
+
+
+@dataclass(frozen=True)
+class DomainRow:
+    """The host's CPU or DRAM, or the node's total, while one device ran a workload (``--energy-domains``):
+    at the GPU's default and best settings, and for the node at the cap where its total is least. A cap
+    that saves GPU energy makes the work last longer and the host draws power all that time, so the
+    node's saving is smaller than the GPU's, and its best cap may be a higher one."""
+
+    domain: str                # cpu, dram, node
+    default_ets_j: float       # per call, at the GPU's default setting
+    best_ets_j: float          # per call, at the GPU's best setting; for the node, at the node's own best
+    simulated: bool
+    best_cap: str | None = None   # the node's: the cap where the node's total is least (may differ from the GPU's)
+
+    @property
+    def label(self) -> str:
+        name = {"cpu": "host CPU", "dram": "host DRAM", "node": "node total"}.get(self.domain, self.domain)
+        return name + (SIM_MARK if self.simulated else "")
+
+    @property
+    def saving_pct(self) -> float:
+        """What the GPU's best setting saves (negative: costs) in this domain, in %."""
+        return 100.0 * (1.0 - self.best_ets_j / self.default_ets_j) if self.default_ets_j > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -135,15 +164,20 @@ class DeviceTable:
     devices: tuple[Device, ...]
     winners: tuple[Winner, ...]
     notes: tuple[str, ...] = ()
+    node_leads: tuple[tuple[str, str], ...] = ()   # (workload, which device's node total is least, in words)
 
     @property
     def simulated(self) -> bool:
-        return any(d.simulated for d in self.devices)
+        return True in self._origins()
 
     @property
     def mixed(self) -> bool:
-        """Simulated and measured devices in one table: said loudly wherever the table appears."""
-        return self.simulated and not all(d.simulated for d in self.devices)
+        """Simulated and measured figures in one table (devices, or a host's domains): said loudly
+        wherever the table appears."""
+        return self._origins() == {True, False}
+
+    def _origins(self) -> set[bool]:
+        return {d.simulated for d in self.devices} | {dom.simulated for r in self.rows for dom in r.domains}
 
     @property
     def workloads(self) -> list[str]:
@@ -175,9 +209,19 @@ class DeviceTable:
             lines.append("†: the default limit was not measured; the figures are at the highest cap measured")
         rank = "among measured devices, and apart among simulated ones" if self.mixed else "of the devices here"
         lines.append(f"{mark}: the most efficient device for the workload, {rank}: the least ETS at its best setting")
+        if any(row.domains for row in self.rows):
+            lines.append(f"{DOMAIN_MARK} host CPU, host DRAM: the host's energy over the same regions (Linux powercap, "
+                         f"RAPL; the whole host's), at the GPU's default and best caps; node total: GPU, CPU and DRAM "
+                         f"together, at the default and at the cap where it is least. T and EDP are the GPU's")
         if self.simulated:
             lines.append(SIM_FOOTNOTE)
         return lines
+
+    def leads_of(self, workload: str) -> list[str]:
+        """What the table says under a workload: its most efficient devices, and the least node total."""
+        said = [f"most efficient{' (simulated)' if w.row.device.simulated else ''}: {w.describe()}"
+                for w in self.winners if w.workload == workload]
+        return said + [text for name, text in self.node_leads if name == workload]
 
 
 # -- building the table ---------------------------------------------------------------------------
@@ -231,7 +275,8 @@ def build_table(docs: Sequence[RunDocument], confidence: float = DEFAULT_CONFIDE
                      f"compares power caps (gpuenergy tune --knob clock compares clock caps)")
     order = {w: i for i, w in enumerate(dict.fromkeys(r.workload for r in rows))}
     rows.sort(key=lambda r: order[r.workload])
-    return DeviceTable(tuple(rows), tuple(devices), tuple(_winners(rows, confidence)), tuple(notes))
+    return DeviceTable(tuple(rows), tuple(devices), tuple(_winners(rows, confidence)), tuple(notes),
+                       tuple(_node_leads(rows)))
 
 
 def _where(doc: RunDocument) -> str:
@@ -247,6 +292,7 @@ def _device_rows(doc: RunDocument, entries: Sequence[CaseEntry], confidence: flo
     by_workload: dict[str, list[CaseEntry]] = {}
     for (case_id, cap), slots in by_case.items():
         by_workload.setdefault(workload_key(case_id, cap), []).append(_one_device(slots))
+    combined = {(e.case_id, e.cap): e for cases in by_workload.values() for e in cases}
     gpus = max(len(slots) for slots in by_case.values())
     device = Device(first.gpu_name, vendor_of(first.gpu_name, first.backend, doc), first.backend, first.simulated,
                     _where(doc), gpus)
@@ -259,8 +305,29 @@ def _device_rows(doc: RunDocument, entries: Sequence[CaseEntry], confidence: flo
         if found is None:          # every ETS read 0: nothing to choose from (the reader refuses that already)
             continue
         rows.append(DeviceRow(workload, device, Setting.of(found.reference), found.reference_is_default,
-                              Setting.of(found.point), found.saving_pct))
+                              Setting.of(found.point), found.saving_pct,
+                              _domains([combined[p.case_id, p.cap] for p in points],
+                                       combined[found.reference.case_id, found.reference.cap],
+                                       combined[found.point.case_id, found.point.cap])))
     return rows, device
+
+
+def _domains(sweep: Sequence[CaseEntry], default: CaseEntry, best: CaseEntry) -> tuple[DomainRow, ...]:
+    """The host's domains at the GPU's default and best settings, and the node's total at the default
+    and at the cap where the node's total is least (``sweep``: the workload's cases by limit), where
+    the cases carry them (a run saved without ``--energy-domains``, or before it, has none)."""
+    found = []
+    for domain in ("cpu", "dram"):
+        at_default, at_best = default.per_domain.get(domain), best.per_domain.get(domain)
+        if at_default is not None and at_best is not None:
+            found.append(DomainRow(domain, at_default.ets_j, at_best.ets_j, at_default.simulated or at_best.simulated))
+    nodes = [(entry, entry.per_domain.get("node")) for entry in sweep]
+    at_default = default.per_domain.get("node")
+    if at_default is not None and all(node is not None for _, node in nodes):
+        least_j = min(node.ets_j for _, node in nodes if node is not None)
+        entry, node = [(e, n) for e, n in nodes if n is not None and n.ets_j == least_j][-1]   # ties: the higher limit
+        found.append(DomainRow("node", at_default.ets_j, node.ets_j, at_default.simulated or node.simulated, entry.cap))
+    return tuple(found)
 
 
 def _one_device(slots: Sequence[CaseEntry]) -> CaseEntry:
@@ -322,6 +389,26 @@ def _winners(rows: Sequence[DeviceRow], confidence: float) -> list[Winner]:
     return found
 
 
+def _node_leads(rows: Sequence[DeviceRow]) -> list[tuple[str, str]]:
+    """Per workload and origin where every device has the node's total: the least of them, each at the
+    cap where its own total is least. The host's figures are means without their repetitions, so the
+    lead is not tested against the noise, and the words say so."""
+    found = []
+    for workload in dict.fromkeys(r.workload for r in rows):
+        for simulated in (False, True):
+            group = [r for r in rows if r.workload == workload and r.device.simulated == simulated]
+            nodes = [(next((d for d in r.domains if d.domain == "node"), None), r) for r in group]
+            if len(nodes) < 2 or any(node is None for node, _ in nodes):
+                continue
+            ranked = sorted(((node, r) for node, r in nodes if node is not None), key=lambda p: (p[0].best_ets_j, p[1].device.label))
+            (least, row), (next_node, next_row) = ranked[0], ranked[1]
+            lead = 100.0 * (1.0 - least.best_ets_j / next_node.best_ets_j)
+            found.append((workload, f"least node total (GPU, CPU and DRAM{', simulated' if simulated else ''}): "
+                                    f"{row.device.label} at {least.best_cap}, {lead:.1f} % less than "
+                                    f"{next_row.device.label} (not tested against the noise: the host's figures are means)"))
+    return found
+
+
 def _beyond_noise(winner: DeviceRow, runner_up: DeviceRow, confidence: float) -> bool | None:
     """Whether the runner-up's ETS at its best is higher than the winner's beyond the repetitions' noise
     (the gate's one-sided test at its confidence); None with fewer than 2 repetitions on a side."""
@@ -337,21 +424,21 @@ _METRICS = (("ETS", "J", "ets_j"), ("T", "s", "time_s"), ("EDP", "J s", "edp_js"
 _NOT_DEFAULT = "†"
 
 
-def _figure_columns(rows: Sequence[DeviceRow], *, shared: bool) -> tuple[list[str], list[list[str]]]:
-    """Headers and cells of the six figure columns (each metric at default, then at best). With
-    ``shared`` a metric's two columns share one SI prefix named in the header; else each cell has its own."""
-    headers: list[str] = []
-    columns: list[list[str]] = []
-    for title, unit, name in _METRICS:
-        values = [getattr(r.default, name) for r in rows] + [getattr(r.best, name) for r in rows]
-        if shared:
-            unit_text, cells = column_cells(values, unit)
-        else:
-            unit_text, cells = "", [si(v, unit) for v in values]
-        headers.append(f"{title} {unit_text}".strip())
-        columns += [cells[:len(rows)], cells[len(rows):]]
-    order = (0, 2, 4, 1, 3, 5)          # default's ETS, T, EDP, then best's
-    return headers, [columns[i] for i in order]
+def _document_rows(table: DeviceTable, workload: str) -> list[tuple[DeviceRow, bool, list[str]]]:
+    """A workload's rows for Markdown and HTML: (its device's row, whether this is a host domain's row,
+    the cells: device, vendor, default cap, ETS, T, EDP, best cap, ETS, T, EDP, saving, most efficient)."""
+    out = []
+    for r in table.rows_of(workload):
+        default_cap = _default_cap(r) + f" ({r.default.limit_w:g} W)"
+        out.append((r, False, [r.device.label, r.device.vendor, default_cap,
+                               *(si(getattr(r.default, name), unit) for _, unit, name in _METRICS), r.best.cap_text,
+                               *(si(getattr(r.best, name), unit) for _, unit, name in _METRICS), _saving(r),
+                               "most efficient" if table.is_winner(r) else ""]))
+        for domain in r.domains:
+            out.append((r, True, [f"{DOMAIN_MARK} {domain.label}", "", default_cap, si(domain.default_ets_j, "J"), "-", "-",
+                                  domain.best_cap or r.best.cap_text, si(domain.best_ets_j, "J"), "-", "-",
+                                  _percent(domain.saving_pct), ""]))
+    return out
 
 
 def _default_cap(row: DeviceRow) -> str:
@@ -359,7 +446,11 @@ def _default_cap(row: DeviceRow) -> str:
 
 
 def _saving(row: DeviceRow) -> str:
-    return "-" if not math.isfinite(row.saving_pct) else f"{row.saving_pct:.1f}%"
+    return _percent(row.saving_pct)
+
+
+def _percent(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:.1f}%"
 
 
 def table_lines(table: DeviceTable, width: int) -> list[str]:
@@ -373,24 +464,31 @@ def table_lines(table: DeviceTable, width: int) -> list[str]:
     names = table.names()
     for workload in table.workloads:
         rows = table.rows_of(workload)
-        cells: list[list[str]] = []
+        texts: list[list[str]] = []            # device, vendor, setting; then the saving
+        figures: list[list[float | None]] = []  # ETS, T, EDP: one SI prefix per column, chosen below
         for r in rows:
             mark = WINNER_MARK if table.is_winner(r) else " "
-            cells.append([f"{mark} {r.device.label}", r.device.vendor, _setting_text(r), *_pair(r, 0), ""])
-            cells.append(["", "", f"best {r.best.cap}", *_pair(r, 1), _saving(r)])
+            texts += [[f"{mark} {r.device.label}", r.device.vendor, _setting_text(r), ""],
+                      ["", "", f"best {r.best.cap}", _saving(r)]]
+            figures += [[getattr(r.default, name) for _, _, name in _METRICS],
+                        [getattr(r.best, name) for _, _, name in _METRICS]]
+            for domain in r.domains:
+                best = "best" if domain.best_cap is None else f"best {domain.best_cap}"
+                texts += [[f"  {DOMAIN_MARK} {domain.label}", "", "default", ""],
+                          ["", "", best, _percent(domain.saving_pct)]]
+                figures += [[domain.default_ets_j, None, None], [domain.best_ets_j, None, None]]
         headers = []
+        scaled = []
         for column, (title, unit, _) in enumerate(_METRICS):
-            unit_text, shared = column_cells([float(c[3 + column]) for c in cells], unit)
+            unit_text, shared = column_cells([f[column] for f in figures], unit)
             headers.append(f"{title} {unit_text}".strip())
-            for c, text in zip(cells, shared):
-                c[3 + column] = text
+            scaled.append(shared)
+        cells = [t[:3] + [scaled[0][i], scaled[1][i], scaled[2][i]] + t[3:] for i, t in enumerate(texts)]
         columns = (Column("  device", elide=True), Column("vendor", drop=1), Column("setting"),
                    *(Column(h, right=True) for h in headers), Column("saving", right=True))
         lines += [""] + [elide(f"workload {names[workload]}", width, keep_start=True)] + fit_table(columns, cells, width)
-        for winner in table.winners:
-            if winner.workload == workload:
-                lines += wrap(f"most efficient{' (simulated)' if winner.row.device.simulated else ''}: "
-                              f"{winner.describe()}", width, "  ")
+        for lead in table.leads_of(workload):
+            lines += wrap(lead, width, "  ")
     lines.append("")
     for note in table.notes:
         lines += wrap(f"note: {note}", width)
@@ -404,12 +502,6 @@ def _setting_text(row: DeviceRow) -> str:
     return f"default {row.default.cap}" if row.default_measured else f"highest {row.default.cap}{_NOT_DEFAULT}"
 
 
-def _pair(row: DeviceRow, which: int) -> list[str]:
-    """The raw figures (as text, ``repr`` precision) of the default (0) or best (1) setting: scaled after."""
-    setting = row.default if which == 0 else row.best
-    return [repr(getattr(setting, name)) for _, _, name in _METRICS]
-
-
 def table_markdown(table: DeviceTable) -> str:
     """The table as Markdown (a CI job summary): one table of every workload and device, then notes."""
     lines = [f"## {table.title()[0].upper()}{table.title()[1:]}", ""]
@@ -420,25 +512,17 @@ def table_markdown(table: DeviceTable) -> str:
     names = table.names()
     header = ["workload", "device", "vendor", "default"] + ["ETS", "T", "EDP"] + ["best"] + ["ETS", "T", "EDP"] + \
         ["saving", "most efficient"]
-    body = []
-    for workload in table.workloads:
-        rows = table.rows_of(workload)
-        _, figures = _figure_columns(rows, shared=False)
-        for i, r in enumerate(rows):
-            body.append([names[workload], r.device.label, r.device.vendor, _default_cap(r) + f" ({r.default.limit_w:g} W)",
-                         figures[0][i], figures[1][i], figures[2][i], r.best.cap_text,
-                         figures[3][i], figures[4][i], figures[5][i], _saving(r),
-                         WINNER_MARK if table.is_winner(r) else ""])
+    body = [[names[workload], *cells] for workload in table.workloads for _, _, cells in _document_rows(table, workload)]
     lines += markdown_table(header, body, code_columns=(0,), right=[4, 5, 6, 8, 9, 10, 11])
     lines.append("")
-    for winner in table.winners:
-        origin = " (simulated)" if winner.row.device.simulated else ""
-        lines.append(f"- Most efficient{origin} for `{names[winner.workload]}`: {markdown_text(winner.describe())}")
+    lines += [f"- `{names[workload]}`: {markdown_text(lead)}" for workload in table.workloads for lead in table.leads_of(workload)]
     lines += [f"- Note: {markdown_text(n)}" for n in table.notes]
-    lines += ["", *(f"<sub>{markdown_text(f)}</sub><br>" for f in table.footnotes())]
+    lines += ["", *(f"<sub>{markdown_text(f)}</sub><br>" for f in table.footnotes("most efficient"))]
     lines += [f"<sub>Runs: {markdown_text('; '.join(f'{d.label} from {d.source}' for d in table.devices))}</sub>"]
     return "\n".join(lines).rstrip() + "\n"
 
+
+_NUMERIC = (3, 4, 5, 7, 8, 9, 10)      # the figure and saving cells of a document row
 
 _CSS = """
 *{box-sizing:border-box}
@@ -450,7 +534,7 @@ h1{font-size:1.45em;margin:0 0 .3em}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.86em;margin:.4em 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top}
 th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-tr.winner td{background:#e3f6e5}tr.sim-device td.device{font-style:italic}td.workload{font-weight:600}
+tr.winner td{background:#e3f6e5}tr.domain td{color:#4a4a4a;font-size:.95em}tr.sim-device td.device{font-style:italic}td.workload{font-weight:600}
 .note{color:#4a4a4a;font-size:.9em}code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em}
 """
 
@@ -469,22 +553,18 @@ def table_html(table: DeviceTable) -> str:
             "<th rowspan=2>most efficient</th></tr><tr>" + "<th>cap</th><th>ETS</th><th>T</th><th>EDP</th>" * 2 + "</tr>")
     body_rows = []
     for workload in table.workloads:
-        rows = table.rows_of(workload)
-        _, figures = _figure_columns(rows, shared=False)
-        for i, r in enumerate(rows):
-            classes = " ".join(c for c in ("winner" if table.is_winner(r) else "",
-                                           "sim-device" if r.device.simulated else "") if c)
+        rows = _document_rows(table, workload)
+        for i, (row, host, cells) in enumerate(rows):
+            classes = " ".join(c for c in ("domain" if host else "winner" if table.is_winner(row) else "",
+                                           "sim-device" if row.device.simulated else "") if c)
             lead = (f'<td class="workload" rowspan={len(rows)}><code>{escape(names[workload])}</code></td>'
                     if i == 0 else "")
-            cells = [escape(_default_cap(r) + f" ({r.default.limit_w:g} W)"), *(escape(f[i]) for f in figures[:3]),
-                     escape(r.best.cap_text), *(escape(f[i]) for f in figures[3:])]
-            nums = "".join(f'<td class="{"num" if j not in (0, 4) else ""}">{c}</td>' for j, c in enumerate(cells))
-            body_rows.append(f'<tr class="{classes}">{lead}<td class="device">{escape(r.device.label)}</td>'
-                             f"<td>{escape(r.device.vendor)}</td>{nums}<td class=\"num\">{escape(_saving(r))}</td>"
-                             f"<td>{'most efficient' if table.is_winner(r) else ''}</td></tr>")
+            tds = "".join(f'<td class="{"device" if j == 0 else "num" if j in _NUMERIC else ""}">{escape(c)}</td>'
+                          for j, c in enumerate(cells))
+            body_rows.append(f'<tr class="{classes}">{lead}{tds}</tr>')
     body.append(f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(body_rows)}</tbody></table></div>')
-    items = [f"Most efficient{' (simulated)' if w.row.device.simulated else ''} for <code>{escape(names[w.workload])}"
-             f"</code>: {escape(w.describe())}" for w in table.winners]
+    items = [f"<code>{escape(names[workload])}</code>: {escape(lead)}" for workload in table.workloads
+             for lead in table.leads_of(workload)]
     items += [f"Note: {escape(n)}" for n in table.notes]
     if items:
         body.append("<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>")
