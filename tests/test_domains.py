@@ -81,6 +81,7 @@ def test_a_node_budget_fails_the_test_when_the_nodes_total_exceeds_it(
         result.assert_outcomes(failed=1)
         result.stdout.fnmatch_lines(["*energy budget exceeded at cap current: node ETS * J > budget 1 J (+*%) "
                                      "(true node ETS within *-* J; simulated, n=1)*"])
+        result.stdout.no_fnmatch_line("*on GPU 0*")         # a node budget is not each GPU's
     else:
         result.assert_outcomes(passed=1)
 
@@ -158,6 +159,17 @@ def test_a_domain_budget_is_checked_at_collection() -> None:
     assert budget_from_marker((), {"ets": 5}).domain == "gpu"
     with pytest.raises(BudgetError, match=r"domain= must be one of 'gpu', 'cpu', 'dram', 'node', got 'disk'"):
         budget_from_marker((), {"ets": 5, "domain": "disk"})
+
+
+def test_each_domain_selects_among_its_own_budgets() -> None:
+    from pytest_gpuenergy.gate.budgets import select_budget
+    from pytest_gpuenergy.gpu.device import PowerLimits
+
+    limits = PowerLimits(700_000, 700_000, 700_000, 200_000, 700_000)
+    budgets = [budget_from_marker((), {"ets": 5, "domain": "node"}), budget_from_marker((), {"ets": 7, "gpu": "H100"}),
+               budget_from_marker((), {"ets": 9, "domain": "cpu", "cap": 700})]
+    chosen = {domain: select_budget(budgets, "NVIDIA H100", 700_000, limits, domain) for domain in ("gpu", "cpu", "dram", "node")}
+    assert {d: b.ets_j if b else None for d, b in chosen.items()} == {"gpu": 7, "cpu": 9, "dram": None, "node": 5}
 
 
 def _document(per_domain: object) -> dict:

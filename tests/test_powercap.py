@@ -295,3 +295,17 @@ def test_simulated_ranges_come_from_one_number_or_per_domain() -> None:
     for bad in ("cpu=12", "gpu=5000", "lots"):
         with pytest.raises(ValueError, match="GPUENERGY_SIM_POWERCAP_RANGE_UJ"):
             ranges_from_env(bad)
+
+
+def test_a_tree_that_outlives_a_tests_world_starts_its_counters_afresh_with_the_next(sim_state: Path) -> None:
+    """Each test's virtual world starts at the same moment on idle GPUs: the host's counters too, so a
+    test's figures do not depend on the tests before it."""
+    sim = _simulator(sim_state)
+    tree = SimulatedPowercap(sim)
+    fresh = [tree.read(tree.root / "intel-rapl:0" / "energy_uj")]
+    _two_seconds_of_work(sim)
+    assert tree.read(tree.root / "intel-rapl:0" / "energy_uj") != fresh[0]
+    sim.simBeginTest("tests/test_x.py::test_next", [0])
+    assert tree.read(tree.root / "intel-rapl:0" / "energy_uj") == fresh[0]
+    sim.simSleepUntil(1.0)
+    assert tree.exact_j("cpu") == pytest.approx(2 * tree.model.package_idle_w * 1.0)
