@@ -534,7 +534,8 @@ h1{font-size:1.45em;margin:0 0 .3em}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.86em;margin:.4em 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top}
 th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-tr.winner td{background:#e3f6e5}tr.domain td{color:#4a4a4a;font-size:.95em}tr.sim-device td.device{font-style:italic}td.workload{font-weight:600}
+tr.winner td{background:#e3f6e5}tr td.workload{background:#fff}tr.domain td{color:#4a4a4a;font-size:.95em}tr.sim-device td.device{font-style:italic}
+td.workload{font-weight:600}
 .note{color:#4a4a4a;font-size:.9em}code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em}
 """
 
