@@ -428,3 +428,14 @@ def test_a_measured_gpu_with_a_simulated_host_is_a_mixed_table():
     doc = with_domains(make_doc(seed=43, backend="nvml", gpu_name=H100_REAL), host_simulated=True)
     table = build_table([doc])
     assert table.mixed and flat(MIXED_WARNING) in flat("\n".join(table_lines(table, 80)))
+
+
+def test_the_vendor_comes_from_the_runs_machine_then_its_library_then_the_gpus_name():
+    from pytest_gpuenergy.reports.table import vendor_of
+
+    doc = make_doc(seed=44)
+    named = replace(doc, machine={**doc.machine, "gpus": [{**doc.machine["gpus"][0], "vendor": "amd"}]})
+    assert vendor_of(H100, "sim", named) == "AMD"                   # what the machine recorded wins
+    assert vendor_of("Some GPU", "amdsmi", doc) == "AMD" and vendor_of("Some GPU", "nvml", doc) == "NVIDIA"
+    assert vendor_of("AMD Instinct MI210 (simulated)", "sim", doc) == "AMD"
+    assert vendor_of(V100, "sim", doc) == "NVIDIA" and vendor_of("Some GPU", "sim", doc) == "-"
