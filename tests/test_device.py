@@ -143,7 +143,7 @@ def fake_gpu(library: FakeAmdSmi) -> AmdGpu:
 def test_the_power_field_that_answers_is_read_in_watts_and_named(power, expected_mw, source):
     gpu = fake_gpu(FakeAmdSmi(power=power))
     assert (gpu.power_mw(), gpu.power_source) == (expected_mw, source)
-    assert gpu.power_window_s == (1.0 if source == "average" else 0.001)
+    assert gpu.power_window_s == (0.1 if source == "average" else 0.001)
 
 
 def test_a_gpu_without_any_power_reading_says_so():
@@ -285,6 +285,28 @@ def test_an_amd_counter_that_stops_moving_gives_no_figure_and_says_it_is_stuck(b
             for _ in range(10):
                 backend.declare_work(GpuWork(flops_tf32=2e13))
         meter.result
+
+
+@pytest.mark.parametrize("faults", ["", "no_counter"], ids=["counter", "average-power"])
+def test_an_mi250xs_first_die_measures_the_whole_board(monkeypatch, faults):
+    """The first die reports the package: its figure is both dies' energy (by its counter, or by
+    sampling the MI200s' average power, assumed a 100 ms average)."""
+    backend = opened(monkeypatch, "MI250X", GPUENERGY_SIM_FAULTS=faults)
+    try:
+        first, second = backend.all_gpus
+        meter = EnergyMeter(backend, [first])
+        with meter:
+            for _ in range(20):
+                backend.declare_work(GpuWork(flops_tf32=2e12))
+        t0, t1 = meter.last_region
+        truth_j = sum(g.amdsmi.simExactEnergyMj(g.handle, t1) - g.amdsmi.simExactEnergyMj(g.handle, t0)
+                      for g in (first, second)) / 1000
+        part = meter.result.per_gpu[0]
+        rep = part.repetitions[0]
+        assert part.method == ("sampling" if faults else "counter")
+        assert rep.ets_low_j <= truth_j <= rep.ets_high_j and abs(rep.ets_j / truth_j - 1) < 0.01, (rep, truth_j)
+    finally:
+        backend.close()
 
 
 @pytest.mark.sim_gpus("MI250X")

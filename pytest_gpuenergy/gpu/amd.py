@@ -18,7 +18,7 @@ documentation (rocm.docs.amd.com/projects/amdsmi, "Power Queries", "Power Contro
   ``max_power_cap`` in MICRO-watts on bare-metal Linux; ``amdsmi_set_power_cap(h, 0, cap_uw)`` takes
   micro-watts (an ``int``). AMD has no separate "enforced" limit: the cap read back is the one enforced.
 * ``amdsmi_get_power_info(h)``: ``current_socket_power`` (instantaneous, MI300), ``average_socket_power``
-  (MI200 and older) and, from ROCm 7.0, ``socket_power``, in WATTS, or the string ``"N/A"`` where a
+  (MI200 and older; ROCm/pytorch#1457 shows both sides' "N/A") and, from ROCm 7.0, ``socket_power``, in WATTS, or the string ``"N/A"`` where a
   GPU lacks one (the binding turns 0xFFFF into "N/A"): the first that answers, in that order, is used
   and results record which (``power_source``).
 * Errors: ``AmdSmiLibraryException`` (``get_error_code()``; ``AmdSmiRetryException`` and
@@ -47,7 +47,9 @@ from .device import Gpu, OpenedLibrary, PowerLimits
 
 COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (metrics cached 1 ms; ROCm/ROCm#1649)
 CURRENT_POWER_WINDOW_S = 0.001  # current_socket_power: the last metrics sample
-AVERAGE_POWER_WINDOW_S = 1.0    # average_socket_power: amdgpu's averaged power, about a second (not documented by AMD SMI)
+# average_socket_power: "the average power consumed by the GPU in the last sample window. This could
+# be around 100ms or so" (an AMD maintainer, ROCm/ROC-smi#89); AMD SMI documents no window.
+AVERAGE_POWER_WINDOW_S = 0.1
 # Which reading: the instantaneous one (MI300), else the average (MI200 and older), else ROCm 7's
 # ``socket_power`` (whichever of the two the GPU has).
 _POWER_FIELDS = ("current_socket_power", "average_socket_power", "socket_power")
