@@ -166,6 +166,23 @@ def lock_is_free(backend: Backend, gpu: Gpu) -> bool:
         os.close(fd)
 
 
+def read_lock(gpu: Gpu) -> tuple[bool, tuple[int, int] | None]:
+    """(readable, lock) of a GPU's SM clock, through the clock knob: (False, None) where the library
+    cannot read a lock back (real NVML), else (True, the lock or None)."""
+    from pytest_gpuenergy.gpu.clocks import SM_CLOCK
+    from pytest_gpuenergy.gpu.knob import UNREADABLE
+
+    found = SM_CLOCK.read(gpu)
+    return (False, None) if found is UNREADABLE else (True, found)
+
+
+def put_lock(gpu: Gpu, lock: tuple[int, int] | None) -> None:
+    """Lock a GPU's SM clock (None: reset it), through the clock knob."""
+    from pytest_gpuenergy.gpu.clocks import SM_CLOCK
+
+    SM_CLOCK.put(gpu, lock)
+
+
 # --- results and run documents ------------------------------------------------------------------
 
 H100_REAL = "NVIDIA H100 80GB HBM3"

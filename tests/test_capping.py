@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 
-import pynvml
 import pytest
 
 from pytest_gpuenergy.errors import (
@@ -23,10 +23,10 @@ from pytest_gpuenergy.errors import (
     LimitChangeError,
     LimitRestoreError,
 )
-from pytest_gpuenergy.gpu import capping, signals
-from pytest_gpuenergy.gpu.capping import GpuCap, PowerCap, PowerCapper, restore_after_failure
+from pytest_gpuenergy.gpu import knob, signals
+from pytest_gpuenergy.gpu.capping import POWER_LIMIT, GpuCap, PowerCap, PowerCapper, power_journal_for, restore_after_failure
 from pytest_gpuenergy.gpu.device import Backend, Gpu
-from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for
+from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
 from pytest_gpuenergy.gpu.specs import parse_cap
 
 from helpers import DEAD_PID, H100, V100, lock_is_free
@@ -38,27 +38,26 @@ GPU1 = f"GPU 1 ({V100})"
 
 
 @pytest.fixture
-def journal(backend: Backend) -> Journal:
-    return journal_for(backend)
+def journal(backend: Backend) -> Journal[int]:
+    return power_journal_for(backend)
 
 
 def capper_of(backend: Backend, *gpus: Gpu) -> PowerCapper:
-    return PowerCapper(gpus or backend.all_gpus, journal_for(backend), backend.lock_folder)
+    return PowerCapper(gpus or backend.all_gpus, power_journal_for(backend), backend.lock_folder)
 
 
 def limits_w(backend: Backend) -> list[float]:
     return [gpu.current_limit_mw() / 1000 for gpu in backend.all_gpus]
 
 
-def plant_dead_runs_entry(journal: Journal, gpu: Gpu, previous_mw: int, applied_mw: int, pid: int = DEAD_PID) -> None:
-    from dataclasses import asdict
-
+def plant_dead_runs_entry(journal: Journal[int], gpu: Gpu, previous_mw: int, applied_mw: int, pid: int = DEAD_PID) -> None:
     from pytest_gpuenergy.fileio import atomic_write_json, state_folder
 
     gpu.set_limit_mw(applied_mw)
-    entry = JournalEntry(gpu.uuid, gpu.index, gpu.name, previous_mw, applied_mw, pid, "gone", "elsewhere", 1.0)
+    entry = JournalEntry(POWER_LIMIT, gpu.uuid, gpu.index, gpu.name, "nvidia", previous_mw, applied_mw, pid, "gone",
+                         "elsewhere", 1.0)
     state_folder(journal.folder)
-    atomic_write_json(journal.folder / f"{gpu.uuid}.json", asdict(entry))
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", entry.to_json())
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, gpu: Gpu, name: str, before=None) -> list:
@@ -76,7 +75,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, gpu: Gpu, name: str, before=None) 
     return calls
 
 
-def raising(error: type[BaseException]):
+def raising(error: Callable[[], BaseException]):
     def fail(*args):
         raise error()
     return fail
@@ -93,7 +92,7 @@ def test_a_cap_is_journaled_set_described_and_undone_to_the_exact_previous_limit
         GpuCap(1, V100, v100.uuid, 200.0, 200.0, 250.0, 300.0, 150.0, 300.0)))
     assert limits_w(backend) == [200.0, 200.0]
     assert capper.pending == [h100, v100] and capper.notices == []
-    assert [(e.gpu_uuid, e.previous_limit_mw, e.applied_limit_mw, e.pid) for e in journal.entries()] == sorted(
+    assert [(e.gpu_uuid, e.saved, e.applied, e.pid) for e in journal.entries()] == sorted(
         [(h100.uuid, 700_000, 200_000, os.getpid()), (v100.uuid, 250_000, 200_000, os.getpid())])
     assert not lock_is_free(backend, h100) and not lock_is_free(backend, v100)
     capper.restore()
@@ -209,7 +208,7 @@ def test_a_cap_a_dead_run_left_is_taken_over_its_original_comes_back_and_the_use
         cap = capper.apply(parse_cap("300"))
         assert (cap.previous_w, cap.enforced_w) == (550.0, 300.0)
         [entry] = journal.entries()
-        assert (entry.previous_limit_mw, entry.applied_limit_mw, entry.pid) == (550_000, 300_000, os.getpid())
+        assert (entry.saved, entry.applied, entry.pid) == (550_000, 300_000, os.getpid())
         assert capper.notices == [
             f"{GPU0} was left at 250 W by pid {DEAD_PID} (gone, its restore never happened); this test took over "
             f"its journal entry and put back the original 550 W afterwards"]
@@ -240,7 +239,7 @@ def test_a_cap_equal_to_what_a_dead_run_left_is_still_undone_to_the_original(bac
         cap = capper.apply(parse_cap("250"))
         assert cap.gpus[0] == GpuCap(0, H100, h100.uuid, 250.0, 250.0, 550.0, 700.0, 200.0, 700.0)
         assert set_calls == [] and capper.pending == [h100]
-        assert [(e.previous_limit_mw, e.pid) for e in journal.entries()] == [(550_000, os.getpid())]
+        assert [(e.saved, e.pid) for e in journal.entries()] == [(550_000, os.getpid())]
     assert set_calls == [(550_000,)]
     assert limits_w(backend)[0] == 550.0 and journal.entries() == []
 
@@ -316,7 +315,7 @@ def test_a_transient_set_error_is_retried(backend, h100):
 
 
 def test_a_gpu_lost_while_setting_its_limit_is_named(backend, h100, monkeypatch):
-    counting(monkeypatch, h100, "set_limit_mw", raising(pynvml.NVMLError_GpuIsLost))
+    counting(monkeypatch, h100, "set_limit_mw", raising(h100.lost_error))
     with pytest.raises(GpuLostError) as caught:
         capper_of(backend, h100).apply(parse_cap("300"))
     assert str(caught.value) == (f"{GPU0} is lost (NVML: GPU is lost) while setting its limit: it fell off the bus "
@@ -341,7 +340,7 @@ def test_a_transient_read_error_is_retried(backend, h100):
 
 
 def test_a_gpu_lost_while_reading_its_limits_is_named(backend, h100, monkeypatch):
-    monkeypatch.setattr(h100, "limits", raising(pynvml.NVMLError_GpuIsLost))
+    monkeypatch.setattr(h100, "limits", raising(h100.lost_error))
     with pytest.raises(GpuLostError) as caught:
         capper_of(backend, h100).apply(parse_cap("300"))
     assert str(caught.value) == f"{GPU0} is lost (NVML: GPU is lost): it fell off the bus or its driver reset"
@@ -361,7 +360,7 @@ def test_a_failed_cap_whose_undoing_fails_too_says_the_cause_first(backend, h100
     with pytest.raises(LimitRestoreError) as caught:
         capper_of(backend).apply(parse_cap("200"))
     assert str(caught.value).startswith(f"not allowed to set the power limit of {GPU1}: NVML needs root")
-    assert str(caught.value).endswith(f"; putting the GPU back failed too: {GPU0} could not be set back to 700 W "
+    assert str(caught.value).endswith(f"; putting the GPU back failed too: the power limit of {GPU0} could not be set back to 700 W "
                                       f"after 4 attempts (NVML: Unknown Error)")
     assert caught.value.__suppress_context__
     assert [e.gpu_uuid for e in journal.entries()] == [h100.uuid]     # kept for `gpuenergy restore`
@@ -372,7 +371,7 @@ def test_an_interrupt_while_capping_whose_undoing_fails_raises_the_restore_error
     counting(monkeypatch, v100, "set_limit_mw", raising(KeyboardInterrupt))
     with pytest.raises(LimitRestoreError) as caught:
         capper_of(backend).apply(parse_cap("200"))
-    assert str(caught.value) == f"{GPU0} could not be set back to 700 W after 4 attempts (NVML: Unknown Error)"
+    assert str(caught.value) == f"the power limit of {GPU0} could not be set back to 700 W after 4 attempts (NVML: Unknown Error)"
 
 
 def test_an_interrupt_while_capping_is_raised_once_the_gpus_are_back(backend, h100, v100, monkeypatch):
@@ -399,8 +398,9 @@ def test_a_restore_that_keeps_failing_names_every_gpu_keeps_their_entries_and_fr
     backend.nvml.simArmFaults("set_error")
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
-    assert str(caught.value) == (f"{GPU1} could not be set back to 300 W after 4 attempts (NVML: Unknown Error); "
-                                 f"{GPU0} could not be set back to 700 W after 4 attempts (NVML: Unknown Error)")
+    assert str(caught.value) == (f"the power limit of {GPU1} could not be set back to 300 W after 4 attempts (NVML: Unknown "
+                                 f"Error); the power limit of {GPU0} could not be set back to 700 W after 4 attempts "
+                                 f"(NVML: Unknown Error)")
     assert limits_w(backend) == [200.0, 200.0] and len(journal.entries()) == 2
     assert capper.pending == [] and lock_is_free(backend, h100) and lock_is_free(backend, v100)
 
@@ -410,7 +410,7 @@ def test_a_restore_is_retried_with_a_growing_pause(backend, h100, monkeypatch):
     capper.apply(parse_cap("300"))
     backend.nvml.simArmFaults("set_error=1-3")
     pauses: list[float] = []
-    monkeypatch.setattr(capping.time, "sleep", pauses.append)
+    monkeypatch.setattr(knob.time, "sleep", pauses.append)
     capper.restore()
     assert pauses == [0.01, 0.02, 0.03] and limits_w(backend)[0] == 700.0
 
@@ -421,17 +421,18 @@ def test_a_restore_that_does_not_take_says_what_the_gpu_reads(backend, h100, jou
     backend.nvml.simArmFaults("set_ignored")
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
-    assert str(caught.value) == f"{GPU0} could not be set back to 700 W after 4 attempts (it reads 300 W after the restore)"
+    assert str(caught.value) == (f"the power limit of {GPU0} could not be set back to 700 W after 4 attempts (it reads "
+                                 f"300 W after the restore)")
     assert len(journal.entries()) == 1
 
 
 def test_a_gpu_lost_during_the_restore_is_named_at_once(backend, h100, journal, monkeypatch):
     capper = capper_of(backend, h100)
     capper.apply(parse_cap("300.5"))
-    calls = counting(monkeypatch, h100, "set_limit_mw", raising(pynvml.NVMLError_GpuIsLost))
+    calls = counting(monkeypatch, h100, "set_limit_mw", raising(h100.lost_error))
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
-    assert str(caught.value) == f"{GPU0} is lost (NVML: GPU is lost) and could not be set back to 700 W"
+    assert str(caught.value) == f"{GPU0} is lost: its power limit could not be set back to 700 W"
     assert len(calls) == 1 and len(journal.entries()) == 1
 
 

@@ -9,15 +9,14 @@ import textwrap
 import pytest
 
 from pytest_gpuenergy.errors import CapSyntaxError
-from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, read_lock
-from pytest_gpuenergy.gpu.clocks import ClockCapper
+from pytest_gpuenergy.gpu.clocks import ClockCapper, clock_journal_for
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.specs import parse_clock, parse_clocks
 from pytest_gpuenergy.sim.dvfs import WorkloadProfile, operating_point
 from pytest_gpuenergy.sim.models import GPU_MODELS
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
 
-from helpers import cli_in_process, gpu_info
+from helpers import cli_in_process, gpu_info, read_lock
 
 CLOCKED = textwrap.dedent(
     """
@@ -215,17 +214,20 @@ def test_gpuenergy_restore_repairs_a_sigkilled_clock_capped_run(pytester):
 
 
 def test_a_lock_a_dead_run_recorded_comes_back_not_the_dead_runs_cap():
-    """An entry left by a dead run owns the state from before it: the next cap puts that back."""
+    """An entry left by a dead run owns the state from before it: the next cap puts that back, also
+    where the run was of an earlier version, which wrote its entries in another format."""
     backend = open_backend("sim")
     try:
         gpu = backend.all_gpus[0]
         gpu.nvml.nvmlDeviceSetGpuLockedClocks(gpu.handle, 210, 1200)     # the dead run's lock
-        journal = ClockJournal(backend.state_dir / "journal" / "clocks", backend.lock_folder)
-        dead = ClockJournalEntry(gpu.uuid, 0, gpu.name, 210, 1500, 210, 1200, pid=2**31 - 2,
-                                 process_start="gone", host="elsewhere", written_at=1.0)
+        journal = clock_journal_for(backend)
+        assert journal.folder == backend.state_dir / "journal" / "clocks"
+        dead = {"gpu_uuid": gpu.uuid, "gpu_index": 0, "gpu_name": gpu.name, "previous_min_mhz": 210,
+                "previous_max_mhz": 1500, "applied_min_mhz": 210, "applied_max_mhz": 1200, "pid": 2**31 - 2,
+                "process_start": "gone", "host": "elsewhere", "written_at": 1.0, "format": "gpuenergy-clock-journal"}
         from pytest_gpuenergy.fileio import atomic_write_json, state_folder
         state_folder(journal.folder)
-        atomic_write_json(journal.folder / f"{gpu.uuid}.json", dead.__dict__)
+        atomic_write_json(journal.folder / f"{gpu.uuid}.json", dead)
         with ClockCapper([gpu], journal, backend.lock_folder) as capper:
             cap = capper.apply(parse_clock("50%"))
             assert cap.previous_lock_mhz == (210, 1500) and read_lock(gpu) == (True, (210, 990))

@@ -25,13 +25,24 @@ from pytest_gpuenergy.errors import (
     LimitChangeError,
     LimitRestoreError,
 )
-from pytest_gpuenergy.gpu import clocks, signals
-from pytest_gpuenergy.gpu.clock_journal import ClockJournal, ClockJournalEntry, clock_journal_for, put_lock, read_lock
-from pytest_gpuenergy.gpu.clocks import ClockCap, ClockCapper, ClockRange, GpuClockCap, clock_range, sm_clock_now_mhz
+from pytest_gpuenergy.gpu import knob, signals
+from pytest_gpuenergy.gpu.clocks import (
+    SM_CLOCK,
+    ClockCap,
+    ClockCapper,
+    ClockLock,
+    ClockRange,
+    GpuClockCap,
+    clock_journal_for,
+    clock_range,
+    sm_clock_now_mhz,
+)
 from pytest_gpuenergy.gpu.device import Backend, Gpu
+from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
+from pytest_gpuenergy.gpu.nvidia import NvmlGpu
 from pytest_gpuenergy.gpu.specs import parse_clock
 
-from helpers import DEAD_PID, H100, V100, lock_is_free
+from helpers import DEAD_PID, H100, V100, lock_is_free, put_lock, read_lock
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
@@ -40,7 +51,7 @@ GPU1 = f"GPU 1 ({V100})"
 
 
 @pytest.fixture
-def journal(backend: Backend) -> ClockJournal:
+def journal(backend: Backend) -> Journal[ClockLock]:
     return clock_journal_for(backend)
 
 
@@ -77,7 +88,7 @@ class Library:
 
 
 def gpu_on(library: Library, index: int = 0) -> Gpu:
-    gpu = Gpu(library, index, "sim")
+    gpu = NvmlGpu(library, index, "sim")
     return gpu
 
 
@@ -87,18 +98,14 @@ def fails(error: type[BaseException]):
     return call
 
 
-def plant_dead_runs_entry(journal: ClockJournal, gpu: Gpu, previous: tuple[int, int] | None, applied: tuple[int, int],
+def plant_dead_runs_entry(journal: Journal[ClockLock], gpu: Gpu, previous: ClockLock, applied: tuple[int, int],
                           pid: int = DEAD_PID) -> None:
-    from dataclasses import asdict
-
     from pytest_gpuenergy.fileio import atomic_write_json, state_folder
 
     put_lock(gpu, applied)
-    before = previous or (0, 0)
-    entry = ClockJournalEntry(gpu.uuid, gpu.index, gpu.name, before[0], before[1], applied[0], applied[1], pid,
-                              "gone", "elsewhere", 1.0)
+    entry = JournalEntry(SM_CLOCK, gpu.uuid, gpu.index, gpu.name, "nvidia", previous, applied, pid, "gone", "elsewhere", 1.0)
     state_folder(journal.folder)
-    atomic_write_json(journal.folder / f"{gpu.uuid}.json", asdict(entry))
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", entry.to_json())
 
 
 # -- a GPU's SM clocks ---------------------------------------------------------------------------------
@@ -146,7 +153,7 @@ def test_a_clock_cap_is_journaled_locked_described_and_undone_to_no_lock(backend
         GpuClockCap(0, H100, h100.uuid, 1000.0, 990, None, True, 210, 1980),
         GpuClockCap(1, V100, v100.uuid, 1000.0, 990, None, True, 135, 1530)))
     assert locks(backend) == [(210, 990), (135, 990)] and capper.pending == [h100, v100]
-    assert sorted((e.gpu_uuid, e.previous, e.applied, e.pid) for e in journal.entries()) == sorted(
+    assert sorted((e.gpu_uuid, e.saved, e.applied, e.pid) for e in journal.entries()) == sorted(
         [(h100.uuid, None, (210, 990), os.getpid()), (v100.uuid, None, (135, 990), os.getpid())])
     assert not lock_is_free(backend, h100) and not lock_is_free(backend, v100)
     capper.restore()
@@ -244,7 +251,7 @@ def test_a_lock_a_dead_run_left_is_taken_over_and_the_state_from_before_it_comes
         cap = capper.apply(parse_clock("990"))
         assert (cap.previous_lock_mhz, cap.enforced_mhz) == (None, 990)
         [entry] = journal.entries()
-        assert (entry.previous, entry.applied, entry.pid) == (None, (210, 990), os.getpid())
+        assert (entry.saved, entry.applied, entry.pid) == (None, (210, 990), os.getpid())
     assert read_lock(h100) == (True, None) and journal.entries() == []
 
 
@@ -388,7 +395,7 @@ def test_a_clock_restore_is_retried_with_a_growing_pause(backend, h100, monkeypa
     capper.apply(parse_clock("990"))
     backend.nvml.simArmFaults("clock_reset_error=1-3")
     pauses: list[float] = []
-    monkeypatch.setattr(clocks.time, "sleep", pauses.append)
+    monkeypatch.setattr(knob.time, "sleep", pauses.append)
     capper.restore()
     assert pauses == [0.01, 0.02, 0.03] and read_lock(h100) == (True, None)
 
@@ -401,7 +408,7 @@ def test_a_clock_restore_that_does_not_take_says_what_the_gpu_reads(backend, jou
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
     assert str(caught.value) == (f"the SM clock of {GPU0} could not be set back to not locked after 4 attempts "
-                                 f"(it reads 210-990 MHz)")
+                                 f"(it reads 210-990 MHz after the restore)")
     assert library.calls.count("nvmlDeviceResetGpuLockedClocks") == 4 and len(journal.entries()) == 1
 
 
@@ -420,7 +427,7 @@ def test_a_gpu_lost_while_its_earlier_lock_is_put_back_names_that_lock(backend, 
     capper.apply(parse_clock("990"))
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
-    assert str(caught.value) == f"{GPU0} is lost (NVML: GPU is lost) and its SM clock could not be set back to 210-1200 MHz"
+    assert str(caught.value) == f"{GPU0} is lost: its SM clock could not be set back to 210-1200 MHz"
 
 
 def test_each_gpus_sm_clock_is_read_from_that_gpu(backend, h100, v100):
@@ -436,7 +443,7 @@ def test_a_gpu_lost_during_a_clock_restore_is_named_at_once(backend, journal):
     capper.apply(parse_clock("990"))
     with pytest.raises(LimitRestoreError) as caught:
         capper.restore()
-    assert str(caught.value) == f"{GPU0} is lost (NVML: GPU is lost) and its SM clock could not be set back to not locked"
+    assert str(caught.value) == f"{GPU0} is lost: its SM clock could not be set back to not locked"
     assert library.calls.count("nvmlDeviceResetGpuLockedClocks") == 1 and len(journal.entries()) == 1
 
 
@@ -463,6 +470,6 @@ def test_a_signal_during_a_clock_restore_waits_and_is_announced_with_the_gpus(ba
         capper.restore()
     finally:
         signals.announce_with(None)
-    assert said == [f"gpuenergy: SIGINT received while restoring the SM clocks of {GPU0}, {GPU1}: finishing that "
+    assert said == [f"gpuenergy: SIGINT received while restoring the SM clock of {GPU0}, {GPU1}: finishing that "
                     f"first, then stopping"]
     assert locks(backend) == [None, None]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import asdict
 
 import pytest
 
@@ -32,17 +31,18 @@ def enable(monkeypatch: pytest.MonkeyPatch, *plugins: str) -> None:
 def plant_dead_runs_cap(limit_w: float = 300.0) -> None:
     """What a SIGKILLed capped run leaves: the GPU at ``limit_w`` and a journal entry of a dead process."""
     from pytest_gpuenergy.fileio import atomic_write_json
+    from pytest_gpuenergy.gpu.capping import POWER_LIMIT, power_journal_for
     from pytest_gpuenergy.gpu.device import open_backend
-    from pytest_gpuenergy.gpu.journal import JournalEntry, journal_for
+    from pytest_gpuenergy.gpu.journal import JournalEntry
 
     backend = open_backend("sim")
     try:
         gpu = backend.all_gpus[0]
         previous = gpu.current_limit_mw()
         gpu.set_limit_mw(int(limit_w * 1000))
-        entry = JournalEntry(gpu.uuid, gpu.index, gpu.name, previous, int(limit_w * 1000), pid=2**31 - 2,
-                             process_start="", host="nowhere", written_at=0.0)
-        atomic_write_json(journal_for(backend).folder / f"{gpu.uuid}.json", asdict(entry))
+        entry = JournalEntry(POWER_LIMIT, gpu.uuid, gpu.index, gpu.name, gpu.vendor, previous, int(limit_w * 1000),
+                             pid=2**31 - 2, process_start="", host="nowhere", written_at=0.0)
+        atomic_write_json(power_journal_for(backend).folder / f"{gpu.uuid}.json", entry.to_json())
     finally:
         backend.close()
 

@@ -460,3 +460,64 @@ def test_a_sigterm_during_a_retried_restore_lets_the_restore_finish(pytester, si
     assert "SIGTERM received while restoring the power limit of GPU 0" in output, output
     assert "Traceback" not in output and "should have stopped" not in output, output
     assert limit_w() == 700.0 and no_journal(sim_state)
+
+
+# -- the same faults on simulated AMD GPUs (AMD SMI's calls, micro-watts and errors under the device) --
+
+KILLED_CAPPED = textwrap.dedent(
+    """
+    import os, signal, pytest
+
+    @pytest.mark.energy(gpus="all")
+    def test_killed(gpu_power_cap):
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.sim_gpus("MI300X")
+def test_a_terminated_run_restores_an_amd_gpus_limit_before_it_exits(pytester, sim_state):
+    pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
+    proc = start_pytest(pytester, "--gpu-caps=min")
+    wait_for(pytester.path / "capped")
+    assert gpu_info()[0]["name"].startswith("AMD Instinct MI300X") and limit_w() == 200.0
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert limit_w() == 750.0 and no_journal(sim_state)
+
+
+@pytest.mark.sim_gpus("MI300X")
+def test_a_killed_run_on_an_amd_gpu_is_repaired_by_the_next_session(pytester, sim_state):
+    pytester.makepyfile(test_k=KILLED_CAPPED)
+    killed = start_pytest(pytester, "--gpu-caps=60%")
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL and limit_w() == 450.0     # 60 % of 750 W, left as a real GPU would be
+    [entry] = [json.loads(path.read_text()) for path in (sim_state / "journal").glob("GPU-*.json")]
+    assert (entry["knob"], entry["vendor"], entry["saved"], entry["applied"]) == ("power-limit", "amd", 750_000, 450_000)
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    result = pytester.runpytest("test_ok.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*repaired: GPU 0 (AMD Instinct MI300X*capped at 450 W*previous limit 750 W: restored to 750 W*"])
+    assert limit_w() == 750.0 and no_journal(sim_state)
+
+
+@pytest.mark.sim_gpus("H100,MI300X")
+def test_gpuenergy_restore_puts_back_both_vendors_after_a_kill(pytester, sim_state):
+    pytester.makepyfile(test_k=KILLED_CAPPED)
+    start_pytest(pytester, "--gpu-caps=min", "--gpu-devices=all").communicate(timeout=60)
+    assert [row["current_limit_w"] for row in gpu_info()] == [200.0, 200.0]
+    restored = cli_in_process("restore", "--gpu-backend=sim", check=False)
+    assert restored.stdout.count("restored: ") == 2, restored.stdout
+    assert "restored to 700 W" in restored.stdout and "restored to 750 W" in restored.stdout
+    assert [row["current_limit_w"] for row in gpu_info()] == [700.0, 750.0] and no_journal(sim_state)
+
+
+@pytest.mark.sim_gpus("MI300X")
+def test_a_clock_cap_on_an_amd_gpu_is_skipped_in_one_line(pytester, sim_state):
+    pytester.makepyfile(test_c="def test_c(gpu_clock_cap):\n    pass\n")
+    result = pytester.runpytest("--gpu-clocks=50%", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * SM clock caps are not supported on GPU 0 (AMD Instinct MI300X (simulated)): "
+                                 "pytest-gpuenergy locks SM clocks of NVIDIA GPUs only; drop --gpu-clocks for it"])
+    assert not list((sim_state / "journal" / "clocks").glob("GPU-*.json"))

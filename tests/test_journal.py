@@ -15,17 +15,17 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import pynvml
 import pytest
 
 from pytest_gpuenergy.errors import JournalCorrupt
 from pytest_gpuenergy.fileio import atomic_write_json, state_folder
+from pytest_gpuenergy.gpu.capping import POWER_LIMIT, power_journal_for
 from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
-from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for, may_need_repair
+from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, may_need_repair
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.processes import process_start
 
@@ -38,23 +38,38 @@ def gpu(backend: Backend) -> Gpu:
 
 
 @pytest.fixture
-def journal(backend: Backend) -> Journal:
-    return journal_for(backend)
+def journal(backend: Backend) -> Journal[int]:
+    return power_journal_for(backend)
 
 
-def entry_for(gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry:
-    fields = dict(gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name, previous_limit_mw=previous_mw,
-                  applied_limit_mw=applied_mw, pid=DEAD_PID, process_start="gone", host="elsewhere", written_at=5.0)
+def power_entry(*args) -> JournalEntry[int]:
+    """``JournalEntry(POWER_LIMIT, uuid, index, name, "nvidia", saved, applied, pid, start, host, written_at)``."""
+    uuid, index, name, *rest = args
+    return JournalEntry(POWER_LIMIT, uuid, index, name, "nvidia", *rest)
+
+
+def entry_for(gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry[int]:
+    fields = dict(knob=POWER_LIMIT, gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name, vendor="nvidia",
+                  saved=previous_mw, applied=applied_mw, pid=DEAD_PID, process_start="gone", host="elsewhere",
+                  written_at=5.0)
     return JournalEntry(**(fields | changes))
 
 
-def plant(journal: Journal, entry: JournalEntry) -> None:
+def plant(journal: Journal[int], entry: JournalEntry[int]) -> None:
     """An entry written by another process (a dead run, unless ``entry`` says otherwise)."""
     state_folder(journal.folder)
-    atomic_write_json(journal.folder / f"{entry.gpu_uuid}.json", asdict(entry))
+    atomic_write_json(journal.folder / f"{entry.gpu_uuid}.json", entry.to_json())
 
 
-def left_capped(journal: Journal, gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry:
+def legacy_json(entry: JournalEntry[int]) -> dict:
+    """``entry`` as pytest-gpuenergy wrote power-limit entries before the one journal of every knob."""
+    return {"gpu_uuid": entry.gpu_uuid, "gpu_index": entry.gpu_index, "gpu_name": entry.gpu_name,
+            "previous_limit_mw": entry.saved, "applied_limit_mw": entry.applied, "pid": entry.pid,
+            "process_start": entry.process_start, "host": entry.host, "written_at": entry.written_at,
+            "format": "gpuenergy-limit-journal"}
+
+
+def left_capped(journal: Journal[int], gpu: Gpu, previous_mw: int, applied_mw: int, **changes) -> JournalEntry[int]:
     """A run that set ``applied_mw`` and died: the GPU at that limit, its entry in the journal."""
     gpu.set_limit_mw(applied_mw)
     entry = entry_for(gpu, previous_mw, applied_mw, **changes)
@@ -63,21 +78,21 @@ def left_capped(journal: Journal, gpu: Gpu, previous_mw: int, applied_mw: int, *
 
 
 def raw_entry(gpu: Gpu, **changes) -> dict:
-    return asdict(entry_for(gpu, 550_000, 250_000)) | changes
+    return entry_for(gpu, 550_000, 250_000).to_json() | changes
 
 
 # -- an entry ----------------------------------------------------------------------------------
 
 def test_an_entry_describes_its_gpu_its_cap_its_owner_and_the_previous_limit_in_watts():
-    entry = JournalEntry("GPU-abc", 3, "Some GPU", 550_500, 250_000, 42, "77", "node7", 1.0)
+    entry = power_entry("GPU-abc", 3, "Some GPU", 550_500, 250_000, 42, "77", "node7", 1.0)
     assert entry.describe() == ("GPU 3 (Some GPU, GPU-abc): capped at 250 W by pid 42 on node7, "
                                 "previous limit 550.5 W")
 
 
 @pytest.mark.parametrize("change", [{"pid": 43}, {"process_start": "78"}, {"written_at": 2.0}])
 def test_an_entry_is_the_same_write_only_with_the_same_pid_start_and_moment(change):
-    entry = JournalEntry("GPU-abc", 0, "g", 550_000, 250_000, 42, "77", "node7", 1.0)
-    assert entry.same_write(replace(entry, applied_limit_mw=300_000, host="other"))
+    entry = power_entry("GPU-abc", 0, "g", 550_000, 250_000, 42, "77", "node7", 1.0)
+    assert entry.same_write(replace(entry, applied=300_000, host="other"))
     assert not entry.same_write(replace(entry, **change))
 
 
@@ -85,7 +100,7 @@ def test_an_entry_is_owned_by_a_running_process_only_if_another_live_process_on_
     child = subprocess.Popen(["sleep", "30"])
     try:
         here = socket.gethostname()
-        live = JournalEntry("GPU-a", 0, "g", 1, 1, child.pid, process_start(child.pid), here, 1.0)
+        live = power_entry("GPU-a", 0, "g", 1, 1, child.pid, process_start(child.pid), here, 1.0)
         assert live.owner_runs()
         assert not replace(live, host=here + "-elsewhere").owner_runs()
         assert not replace(live, process_start="1").owner_runs()          # a reused pid is not the owner
@@ -99,9 +114,9 @@ def test_an_entry_is_owned_by_a_running_process_only_if_another_live_process_on_
 # -- the journal's files -------------------------------------------------------------------------
 
 def test_a_journal_keeps_its_locks_beside_its_folder_unless_told_where(tmp_path, backend):
-    assert Journal(tmp_path / "state" / "journal").lock_folder == tmp_path / "state" / "locks"
-    assert Journal(str(tmp_path / "j"), str(tmp_path / "l")).lock_folder == tmp_path / "l"
-    opened = journal_for(backend)
+    assert Journal(POWER_LIMIT, tmp_path / "state" / "journal").lock_folder == tmp_path / "state" / "locks"
+    assert Journal(POWER_LIMIT, str(tmp_path / "j"), str(tmp_path / "l")).lock_folder == tmp_path / "l"  # type: ignore[arg-type]
+    opened = power_journal_for(backend)
     assert (opened.folder, opened.lock_folder) == (backend.state_dir / "journal", backend.lock_folder)
 
 
@@ -109,11 +124,13 @@ def test_recording_writes_the_original_limit_and_this_process_as_owner_before_an
     before = time.time()
     entry = journal.record(gpu, 550_000, 250_000)
     assert (entry.gpu_uuid, entry.gpu_index, entry.gpu_name) == (gpu.uuid, 0, H100)
-    assert (entry.previous_limit_mw, entry.applied_limit_mw) == (550_000, 250_000)
+    assert (entry.knob, entry.vendor, entry.saved, entry.applied) == (POWER_LIMIT, "nvidia", 550_000, 250_000)
     assert (entry.pid, entry.process_start, entry.host) == (os.getpid(), process_start(os.getpid()), socket.gethostname())
     assert before <= entry.written_at <= time.time()
     on_disk = json.loads((journal.folder / f"{gpu.uuid}.json").read_text())
-    assert on_disk == asdict(entry) and on_disk["format"] == "gpuenergy-limit-journal"
+    assert on_disk == entry.to_json()
+    assert (on_disk["format"], on_disk["knob"], on_disk["vendor"], on_disk["gpu_uuid"], on_disk["saved"],
+            on_disk["applied"]) == ("gpuenergy-journal", "power-limit", "nvidia", gpu.uuid, 550_000, 250_000)
     assert journal.entry(gpu.uuid) == entry
     assert gpu.current_limit_mw() == 700_000          # recording changes nothing on the GPU
 
@@ -121,13 +138,13 @@ def test_recording_writes_the_original_limit_and_this_process_as_owner_before_an
 def test_recording_over_an_entry_keeps_its_original_limit_and_takes_it_over(journal, gpu):
     plant(journal, entry_for(gpu, 550_000, 250_000))
     entry = journal.record(gpu, 250_000, 300_000)      # the dead run's cap is no original
-    assert (entry.previous_limit_mw, entry.applied_limit_mw, entry.pid) == (550_000, 300_000, os.getpid())
+    assert (entry.saved, entry.applied, entry.pid) == (550_000, 300_000, os.getpid())
     assert journal.entry(gpu.uuid) == entry
 
 
 def test_clearing_removes_the_entry_only_when_it_is_still_the_same_write(journal, gpu):
     first = journal.record(gpu, 550_000, 250_000)
-    newer = replace(first, written_at=first.written_at + 1, applied_limit_mw=300_000)
+    newer = replace(first, written_at=first.written_at + 1, applied=300_000)
     plant(journal, newer)                               # someone took it over meanwhile
     journal.clear(first)
     assert journal.entry(gpu.uuid) == newer
@@ -138,14 +155,14 @@ def test_clearing_removes_the_entry_only_when_it_is_still_the_same_write(journal
 
 
 def test_an_entry_left_behind_names_its_limits_and_the_command_that_puts_the_limit_back(backend, gpu):
-    entry = JournalEntry(gpu.uuid, 0, H100, 700_000, 420_000, DEAD_PID, "gone", "elsewhere", 5.0)
+    entry = power_entry(gpu.uuid, 0, H100, 700_000, 420_000, DEAD_PID, "gone", "elsewhere", 5.0)
     assert entry.left_text() == f"GPU 0 ({H100}, {gpu.uuid}) at 420 W, its limit before 700 W"
     simulated = backend.nvml.state_dir / "gpus" / f"{gpu.uuid}.json"
     assert entry.fix_command(gpu) == f"rm {simulated} (the simulated GPU restarts at its defaults)"
-    real = SimpleNamespace(nvml=pynvml, uuid=gpu.uuid)                  # the real library: the driver's command
+    real = SimpleNamespace(simulated_state_file=None, uuid=gpu.uuid)     # a real GPU: the driver's command
     assert entry.fix_command(real) == f"sudo nvidia-smi -i {gpu.uuid} -pl 700"  # type: ignore[arg-type]
-    stateless = SimpleNamespace(nvml=object(), uuid=gpu.uuid)           # another library with no state folder
-    assert entry.fix_command(stateless) == f"sudo nvidia-smi -i {gpu.uuid} -pl 700"  # type: ignore[arg-type]
+    on_amd = replace(entry, vendor="amd", saved=750_000)                 # AMD's: amd-smi, in watts
+    assert on_amd.fix_command(real) == f"sudo amd-smi set --gpu {gpu.uuid} --power-cap 750"  # type: ignore[arg-type]
 
 
 def test_clearing_waits_for_the_journals_lock_that_a_repair_holds(journal, gpu):
@@ -165,10 +182,10 @@ def test_clearing_waits_for_the_journals_lock_that_a_repair_holds(journal, gpu):
 
 
 def test_entries_are_listed_by_file_name_and_other_files_are_ignored(tmp_path):
-    journal = Journal(tmp_path / "journal")
+    journal = Journal(POWER_LIMIT, tmp_path / "journal")
     assert journal.entries() == []                      # no folder yet
     assert not journal.folder.exists()                  # and listing makes none
-    second = JournalEntry("GPU-b", 1, "g", 300_000, 200_000, DEAD_PID, "s", "h", 1.0)
+    second = power_entry("GPU-b", 1, "g", 300_000, 200_000, DEAD_PID, "s", "h", 1.0)
     first = replace(second, gpu_uuid="GPU-a", gpu_index=0)
     for entry in (second, first):
         plant(journal, entry)
@@ -187,7 +204,7 @@ def test_a_damaged_entry_is_an_error_naming_the_file_and_what_to_do(journal, gpu
     with pytest.raises(JournalCorrupt) as caught:
         journal.entry(gpu.uuid)
     text = str(caught.value)
-    assert f"the power-limit journal entry {path} is unreadable (" in text
+    assert f"the power limit journal entry {path} is unreadable (" in text
     assert "`gpuenergy info`" in text and "then delete the file" in text
 
 
@@ -210,10 +227,15 @@ def test_a_damaged_entry_is_an_error_naming_the_file_and_what_to_do(journal, gpu
     ({"written_at": True}, "written_at must be a time, got True"),
     ({"written_at": None}, "written_at must be a time, got None"),
     ({"written_at": 1e400}, "written_at must be a time, got inf"),
-    ({"previous_limit_mw": 0}, "previous_limit_mw must be a whole number from 1 to 100000000, got 0"),
-    ({"previous_limit_mw": 100_000_001}, "previous_limit_mw must be a whole number from 1 to 100000000, got 100000001"),
-    ({"applied_limit_mw": 0}, "applied_limit_mw must be a whole number from 1 to 100000000, got 0"),
-    ({"applied_limit_mw": 250_000.5}, "applied_limit_mw must be a whole number from 1 to 100000000, got 250000.5"),
+    ({"saved": 0}, "saved must be a whole number from 1 to 100000000, got 0"),
+    ({"saved": 100_000_001}, "saved must be a whole number from 1 to 100000000, got 100000001"),
+    ({"saved": None}, "saved must be a whole number from 1 to 100000000, got None"),
+    ({"applied": 0}, "applied must be a whole number from 1 to 100000000, got 0"),
+    ({"applied": 250_000.5}, "applied must be a whole number from 1 to 100000000, got 250000.5"),
+    ({"knob": "sm-clock"}, "it is an entry of the knob 'sm-clock', not of power-limit"),
+    ({"knob": None}, "it is an entry of the knob None, not of power-limit"),
+    ({"vendor": "intel"}, "vendor must be one of nvidia, amd, got 'intel'"),
+    ({"vendor": None}, "vendor must be one of nvidia, amd, got None"),
 ])
 def test_a_damaged_field_is_refused_with_what_is_wrong(journal, gpu, change, says):
     state_folder(journal.folder)
@@ -233,12 +255,56 @@ def test_a_document_that_is_no_object_is_refused(journal, gpu):
 
 @pytest.mark.parametrize("change", [
     {"gpu_index": 0}, {"gpu_index": 65_535}, {"pid": 1}, {"pid": 2**31 - 1}, {"written_at": 7},
-    {"previous_limit_mw": 1}, {"previous_limit_mw": 100_000_000}, {"applied_limit_mw": 1},
-    {"applied_limit_mw": 100_000_000},
+    {"saved": 1}, {"saved": 100_000_000}, {"applied": 1}, {"applied": 100_000_000}, {"vendor": "amd"},
 ])
 def test_fields_at_the_ends_of_their_ranges_are_accepted(journal, gpu, change):
     plant(journal, replace(entry_for(gpu, 550_000, 250_000), **change))
     assert journal.entry(gpu.uuid) == replace(entry_for(gpu, 550_000, 250_000), **change)
+
+
+# -- entries an earlier version wrote (a user upgrading with a capped GPU) ---------------------------
+
+def test_an_entry_in_the_earlier_format_is_read_as_the_same_nvidia_setting(journal, gpu):
+    entry = entry_for(gpu, 550_000, 250_000)
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", legacy_json(entry))
+    assert journal.entry(gpu.uuid) == entry and journal.entries() == [entry]
+    assert entry.describe() == (f"GPU 0 ({H100}, {gpu.uuid}): capped at 250 W by pid {DEAD_PID} on elsewhere, "
+                                f"previous limit 550 W")
+
+
+def test_a_gpu_an_earlier_version_left_capped_is_repaired_to_its_exact_original(journal, gpu, backend):
+    gpu.set_limit_mw(250_000)
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", legacy_json(entry_for(gpu, 550_000, 250_000)))
+    [outcome] = journal.repair(backend)
+    assert outcome.action == "restored" and outcome.message.endswith(": restored to 550 W")
+    assert gpu.current_limit_mw() == 550_000 and journal.entries() == []
+
+
+def test_a_cap_over_an_earlier_versions_entry_keeps_its_original_and_rewrites_it_in_the_new_format(journal, gpu):
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", legacy_json(entry_for(gpu, 550_000, 250_000)))
+    entry = journal.record(gpu, 250_000, 300_000)
+    assert (entry.saved, entry.applied, entry.pid) == (550_000, 300_000, os.getpid())
+    assert json.loads((journal.folder / f"{gpu.uuid}.json").read_text())["format"] == "gpuenergy-journal"
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"previous_limit_mw": 0}, "previous_limit_mw must be a whole number from 1 to 100000000, got 0"),
+    ({"previous_limit_mw": 100_000_001}, "previous_limit_mw must be a whole number from 1 to 100000000, got 100000001"),
+    ({"previous_limit_mw": None}, "previous_limit_mw must be a whole number from 1 to 100000000, got None"),
+    ({"applied_limit_mw": 0}, "applied_limit_mw must be a whole number from 1 to 100000000, got 0"),
+    ({"applied_limit_mw": 250_000.5}, "applied_limit_mw must be a whole number from 1 to 100000000, got 250000.5"),
+    ({"pid": 0}, "pid must be a whole number from 1 to 2147483647, got 0"),
+    ({"gpu_uuid": "GPU-other"}, "it names GPU 'GPU-other', not the GPU of its file name"),
+])
+def test_a_damaged_field_of_an_earlier_versions_entry_is_refused(journal, gpu, change, says):
+    state_folder(journal.folder)
+    (journal.folder / f"{gpu.uuid}.json").write_text(json.dumps(legacy_json(entry_for(gpu, 550_000, 250_000)) | change))
+    with pytest.raises(JournalCorrupt, match="unreadable") as caught:
+        journal.entry(gpu.uuid)
+    assert f"({says});" in str(caught.value)
 
 
 # -- repairing ----------------------------------------------------------------------------------------
@@ -256,7 +322,7 @@ def test_repair_clears_an_entry_whose_gpu_is_already_back(journal, gpu, backend)
     entry = left_capped(journal, gpu, 550_000, 250_000)
     gpu.set_limit_mw(550_000)
     [outcome] = journal.repair(backend)
-    assert (outcome.action, outcome.message) == ("already-restored", f"{entry.describe()}: already back at 550 W")
+    assert (outcome.action, outcome.message) == ("already-restored", f"{entry.describe()}: already back to 550 W")
     assert journal.entries() == [] and gpu.current_limit_mw() == 550_000
 
 
@@ -265,12 +331,12 @@ def test_repair_leaves_a_limit_someone_changed_since_and_clears_the_entry(journa
     gpu.set_limit_mw(450_000)
     [outcome] = journal.repair(backend)
     assert outcome.action == "changed-since"
-    assert outcome.message == f"{entry.describe()}: now at 450 W, set by someone else since; left as it is"
+    assert outcome.message == f"{entry.describe()}: now 450 W, set by someone else since; left as it is"
     assert journal.entries() == [] and gpu.current_limit_mw() == 450_000
 
 
 def test_repair_keeps_an_entry_whose_gpu_is_not_present(journal, backend):
-    entry = JournalEntry("GPU-gone", 5, "Old GPU", 300_000, 200_000, DEAD_PID, "s", "elsewhere", 1.0)
+    entry = power_entry("GPU-gone", 5, "Old GPU", 300_000, 200_000, DEAD_PID, "s", "elsewhere", 1.0)
     plant(journal, entry)
     [outcome] = journal.repair(backend)
     assert (outcome.entry, outcome.action) == (entry, "gpu-missing")
@@ -307,7 +373,7 @@ def test_repair_leaves_a_gpu_whose_lock_another_session_holds_to_that_session(jo
     assert (outcome.entry, outcome.action) == (entry, "busy")
     assert outcome.message.startswith(f"{entry.describe()}: left to the test session that holds this GPU now "
                                       f"(pid {os.getpid()} ")                      # the holder, as the kernel says
-    assert outcome.message.endswith("; if the GPU stays capped after it, run `gpuenergy restore`")
+    assert outcome.message.endswith("; if the GPU stays changed after it, run `gpuenergy restore`")
     assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
 
 
@@ -385,7 +451,7 @@ def test_repair_goes_through_every_entry(journal, backend, monkeypatch, sim_stat
     monkeypatch.setenv("GPUENERGY_SIM_GPUS", "H100,V100")
     two = open_backend("sim", sim_state_dir=sim_state / "two")
     try:
-        journal = journal_for(two)
+        journal = power_journal_for(two)
         h100, v100 = two.all_gpus
         left_capped(journal, h100, 600_000, 250_000)
         left_capped(journal, v100, 250_000, 200_000)

@@ -14,9 +14,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuenergy.errors import MeasurementError
-from pytest_gpuenergy.gpu.capping import PowerCapper
+from pytest_gpuenergy.gpu.capping import PowerCapper, power_journal_for
 from pytest_gpuenergy.gpu.device import open_backend
-from pytest_gpuenergy.gpu.journal import journal_for
 from pytest_gpuenergy.gpu.specs import parse_cap
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.integrate import Publication, Read, counter_energy, publications, sampled_energy
@@ -80,7 +79,7 @@ def test_a_short_block_never_reads_0_j_nor_more_power_than_the_gpu_can_draw(back
     """The issue's case: `with energy_meter:` around 5-50 ms of work under a cap. Every figure is
     positive, its mean power within the limit, and its bound holds the exact integral."""
     gpus = backend.select(None)
-    with PowerCapper(gpus, journal_for(backend), backend.state_dir / "locks") as capper:
+    with PowerCapper(gpus, power_journal_for(backend), backend.state_dir / "locks") as capper:
         capper.apply(parse_cap(cap))
         limit_w = gpus[0].enforced_limit_mw() / 1000
         meter = EnergyMeter(backend, gpus)
@@ -161,7 +160,7 @@ def test_calls_that_declare_nothing_after_declared_work_are_measured_at_once_and
 
 
 def measure_at(backend, gpus, cap_text, compute_bound):
-    with PowerCapper(gpus, journal_for(backend), backend.state_dir / "locks") as capper:
+    with PowerCapper(gpus, power_journal_for(backend), backend.state_dir / "locks") as capper:
         capper.apply(parse_cap(cap_text))
         meter = EnergyMeter(backend, gpus, compute_bound=compute_bound)
         return meter.measure(spin, 0.05, repeat=1, warmup=1, min_time_s=0.2)

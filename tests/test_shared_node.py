@@ -25,7 +25,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ import pytest
 from pytest_gpuenergy.cli.main import main as gpuenergy_main
 from pytest_gpuenergy.errors import GpuBusyError, UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_json, atomic_write_text, state_folder, user_state_dir
+from pytest_gpuenergy.gpu.capping import POWER_LIMIT
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import JournalEntry
 from pytest_gpuenergy.gpu.locks import holding, lock_paths
@@ -107,11 +107,11 @@ def capped_by_a_killed_run(state: Path, applied_w: float, original_w: float = 70
         backend.all_gpus[0].set_limit_mw(int(applied_w * 1000))
     finally:
         backend.close()
-    entry = JournalEntry(gpu_uuid=UUID, gpu_index=0, gpu_name="NVIDIA H100 80GB HBM3 (simulated)",
-                         previous_limit_mw=int(original_w * 1000), applied_limit_mw=int(applied_w * 1000),
+    entry = JournalEntry(knob=POWER_LIMIT, gpu_uuid=UUID, gpu_index=0, gpu_name="NVIDIA H100 80GB HBM3 (simulated)",
+                         vendor="nvidia", saved=int(original_w * 1000), applied=int(applied_w * 1000),
                          pid=DEAD_PID, process_start="1", host=socket.gethostname(), written_at=1.0)
     path = state_folder(state / "journal") / f"{UUID}.json"
-    atomic_write_json(path, asdict(entry))
+    atomic_write_json(path, entry.to_json())
     return path
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from pytest_gpuenergy.errors import UnsafeStateFile
 from pytest_gpuenergy.fileio import atomic_write_text
+from pytest_gpuenergy.gpu.capping import power_journal_for
 from pytest_gpuenergy.gpu.device import open_backend
-from pytest_gpuenergy.gpu.journal import journal_for
 from pytest_gpuenergy.runs.store import RunStore
 
 from helpers import cli_in_process, gpu_info, make_doc, run_cli
@@ -106,7 +106,7 @@ def test_a_journal_entry_of_another_user_sets_no_limit(sim_state, monkeypatch):
     backend = open_backend("sim")
     try:
         with pytest.raises(UnsafeStateFile, match=r"belongs to another user \(uid \d+; you are uid \d+\)") as info:
-            journal_for(backend).repair(backend)
+            power_journal_for(backend).repair(backend)
     finally:
         backend.close()
     assert str(path) in str(info.value) and "\n" not in str(info.value)

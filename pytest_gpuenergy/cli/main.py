@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import GpuEnergyError
 from ..fleet.cli import add_fleet_command
-from ..gpu.clock_journal import journals_for
 from ..gpu.clocks_info import clock_fields, clock_line
 from ..gpu.device import Backend, open_backend
-from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry
+from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry, journals_for
 from ..gpu.signals import RestoreAbandoned
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from .budgets import add_budgets_command
@@ -100,7 +100,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pending_entries(backend: Backend) -> list[JournalEntry]:
+def _pending_entries(backend: Backend) -> list[JournalEntry[Any]]:
     """The journals' entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
     found = []
     for journal in journals_for(backend):

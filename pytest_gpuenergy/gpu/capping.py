@@ -1,45 +1,34 @@
-"""Power caps: applying one (as typed, ``specs.CapSpec``) so that it always comes back.
+"""Power caps, the first knob: applying one (as typed, ``specs.CapSpec``) so that it always comes back.
 
 A cap is resolved per GPU (60 % of an H100's 700 W default is 420 W, of a V100's 300 W is
-180 W). Applying it follows one order, so that a crash at any point can be repaired:
+180 W). The power limit plugs into the one knob mechanism (``knob.py``: locks, journal before the
+change, exact restore with signals held, repair of a dead run's entry); what is its own is here:
 
-1. take the GPUs' cross-process locks (two tests never cap one GPU at the same time), then read
-   the limits and check every GPU's allowed range (an out-of-range cap changes nothing and skips);
-2. write the journal entry (UUID, original limit) *before* touching the GPU. The original is the
-   limit the GPU had before anyone capped it: if the journal already has an entry for the GPU (a
-   killed xdist worker or session left its cap, or a restore failed), its original is kept and the
-   cap found on the GPU is never taken for the previous limit;
-3. set the limit with NVML's v1 call and read back what the GPU enforces;
-4. on restore: set the exact original limit (not the maximum), retrying transient errors, with
-   SIGINT/SIGTERM/SIGHUP held until it is done (``signals.py``), read it back, and only then clear
-   the journal entry and release the lock.
+1. under the GPUs' cross-process locks, read the limits and check every GPU's allowed range (an
+   out-of-range cap changes nothing and skips);
+2. journal the original limit before touching the GPU: the limit the GPU had before anyone capped
+   it (if the journal already has an entry for the GPU, its original is kept and the cap found on
+   the GPU is never taken for the previous limit);
+3. set the limit and read back what the GPU enforces (a GPU may enforce another limit than asked:
+   noted, results record both); on restore the exact original comes back, not the maximum.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pynvml
-
-from ..errors import (
-    CapOutOfRange,
-    CapPermissionError,
-    LimitChangeError,
-    LimitRestoreError,
-)
-from .device import RETRY_ATTEMPTS, Gpu, PowerLimits, retry_transient
-from .journal import Journal, JournalEntry
-from .locks import holding, lock_paths
-from .signals import signals_held
+from ..errors import CapOutOfRange, CapPermissionError, DeviceError, DevicePermissionError, GpuLostError, LimitChangeError
+from .device import Backend, Gpu, PowerLimits, retry_transient
+from .journal import Journal, JournalEntry, Legacy, journal_for, whole_number
+from .knob import Setter, restore_after_failure
 from .specs import CapSpec
 
-# -- applying a cap --------------------------------------------------------------------------
+__all__ = ["POWER_LIMIT", "GpuCap", "PowerCap", "PowerCapper", "power_journal_for", "restore_after_failure"]
+
 
 @dataclass(frozen=True)
 class GpuCap:
@@ -98,17 +87,59 @@ class PowerCap:
         return f"cap {self.label} ({'; '.join(parts)})"
 
 
-@dataclass
-class _Applied:
-    gpu: Gpu
-    entry: JournalEntry       # holds the original limit that must come back
+class PowerLimitKnob:
+    """The power limit as a knob (``knob.Knob[int]``): a setting in mW, always readable."""
 
-    @property
-    def original_mw(self) -> int:
-        return self.entry.previous_limit_mw
+    name = "power-limit"
+    what = "power limit"
+
+    def read(self, gpu: Gpu) -> int:
+        return gpu.current_limit_mw()
+
+    def put(self, gpu: Gpu, setting: int) -> None:
+        gpu.set_limit_mw(setting)
+
+    def refusal(self, gpu: Gpu, setting: int) -> str | None:
+        limits = gpu.limits()
+        return None if limits.contains(setting) else f"{self.text(setting)} is outside the GPU's range {limits.range_text()}"
+
+    def text(self, setting: int) -> str:
+        return f"{setting / 1000:g} W"
+
+    def describe(self, entry: JournalEntry[int]) -> str:
+        return (f"GPU {entry.gpu_index} ({entry.gpu_name}, {entry.gpu_uuid}): capped at {self.text(entry.applied)} "
+                f"by pid {entry.pid} on {entry.host}, previous limit {self.text(entry.saved)}")
+
+    def left_text(self, entry: JournalEntry[int]) -> str:
+        return (f"GPU {entry.gpu_index} ({entry.gpu_name}, {entry.gpu_uuid}) at {self.text(entry.applied)}, "
+                f"its limit before {self.text(entry.saved)}")
+
+    def driver_command(self, gpu_uuid: str, vendor: str, setting: int) -> str:
+        if vendor == "amd":
+            return f"amd-smi set --gpu {gpu_uuid} --power-cap {setting / 1000:g}"
+        return f"nvidia-smi -i {gpu_uuid} -pl {setting / 1000:g}"
+
+    def encode(self, setting: int) -> int:
+        return setting
+
+    def decode(self, value: Any, field: str) -> int:
+        return whole_number(value, field, 1, _MAX_LIMIT_MW)
 
 
-class PowerCapper:
+POWER_LIMIT = PowerLimitKnob()
+_LIBRARIES = {"nvml": "NVML", "amdsmi": "AMD SMI"}
+_MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage
+LEGACY_POWER = Legacy[int]("gpuenergy-limit-journal", "limit", lambda data: (
+    whole_number(data.get("previous_limit_mw"), "previous_limit_mw", 1, _MAX_LIMIT_MW),
+    whole_number(data.get("applied_limit_mw"), "applied_limit_mw", 1, _MAX_LIMIT_MW)))
+
+
+def power_journal_for(backend: Backend) -> Journal[int]:
+    """The power limits' journal (``journal/``), reading the entries of earlier versions too."""
+    return journal_for(backend, POWER_LIMIT, LEGACY_POWER)
+
+
+class PowerCapper(Setter[int]):
     """Applies one cap to a set of GPUs and guarantees their previous limits come back.
 
     Use as a context manager, or call ``apply`` then ``restore`` (in a ``finally``)::
@@ -118,27 +149,11 @@ class PowerCapper:
             ...
     """
 
-    def __init__(self, gpus: Sequence[Gpu], journal: Journal, lock_folder: Path) -> None:
-        self.gpus = list(gpus)
-        self.journal = journal
-        self.lock_folder = lock_folder
-        self._applied: list[_Applied] = []
-        self._locks = ExitStack()
-        # What the user should know but that is no error (a GPU enforcing another limit than asked, a
-        # cap taken over from a dead run): said at the end of the session, never as a warning that a
-        # suite's ``filterwarnings = error`` would turn into a failure in the middle of a cap.
-        self.notices: list[str] = []
+    def __init__(self, gpus: Sequence[Gpu], journal: Journal[int], lock_folder: Path) -> None:
+        super().__init__(POWER_LIMIT, gpus, journal, lock_folder)
 
     def __enter__(self) -> PowerCapper:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.restore()
-
-    @property
-    def pending(self) -> list[Gpu]:
-        """GPUs still at a changed limit."""
-        return [a.gpu for a in self._applied]
 
     def current(self) -> PowerCap:
         """The GPUs as they are, nothing changed (the case without ``--gpu-caps``)."""
@@ -149,26 +164,20 @@ class PowerCapper:
         return PowerCap("current", None, tuple(described))
 
     def apply(self, spec: CapSpec) -> PowerCap:
-        if self._applied:
-            raise LimitChangeError("a cap is already applied: restore it before applying another")
-        self._locks.enter_context(holding(lock_paths(self.lock_folder, [g.uuid for g in self.gpus])))
-        try:
+        with self.changing("a cap is already applied: restore it before applying another"):
             limits = {gpu.uuid: _read_limits(gpu) for gpu in self.gpus}   # read under the lock
             targets = {gpu.uuid: _target_mw(spec, gpu, limits[gpu.uuid]) for gpu in self.gpus}
             described = [self._apply_one(gpu, limits[gpu.uuid], targets[gpu.uuid]) for gpu in self.gpus]
-        except BaseException as exc:
-            restore_after_failure(self, exc)
-            raise
         return PowerCap(spec.label, spec, tuple(described))
 
     def _apply_one(self, gpu: Gpu, limits: PowerLimits, target_mw: int) -> GpuCap:
         left = self.journal.entry(gpu.uuid)     # a cap someone left: its entry knows the original
-        original = left.previous_limit_mw if left is not None else limits.current_mw
+        original = left.saved if left is not None else limits.current_mw
         if left is not None and left.pid != os.getpid():
             self.notices.append(_taken_over(gpu, left, limits.current_mw))
         if target_mw == limits.current_mw and left is None:
             return self._describe(gpu, limits, original, target_mw)   # nothing to change, nothing to undo
-        self._applied.append(_Applied(gpu, self.journal.record(gpu, original, target_mw)))
+        self.journaled(gpu, original, target_mw)
         enforced = limits.enforced_mw if target_mw == limits.current_mw else self._set(gpu, target_mw)
         return self._describe(gpu, limits, original, target_mw, enforced_mw=enforced)
 
@@ -176,16 +185,16 @@ class PowerCapper:
         """Set the cap and return what the GPU enforces; every failure is an error naming the GPU."""
         try:
             enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw), gpu.retry_backoff_s)
-        except pynvml.NVMLError_NoPermission:
+        except DevicePermissionError:
             raise CapPermissionError(
-                f"not allowed to set the power limit of {gpu.label}: NVML needs root (CAP_SYS_ADMIN) for "
+                f"not allowed to set the power limit of {gpu.label}: {_LIBRARIES[gpu.library]} needs root (CAP_SYS_ADMIN) for "
                 f"that. Run pytest with the right privileges (e.g. `sudo -E pytest ...`), or drop "
                 f"--gpu-caps to measure at the current limit"
             ) from None
-        except pynvml.NVMLError_GpuIsLost:
+        except GpuLostError:
             raise gpu.lost_error("setting its limit") from None
-        except pynvml.NVMLError as exc:
-            raise LimitChangeError(f"setting the limit of {gpu.label} to {target_mw / 1000:g} W failed: NVML: {exc}") from None
+        except DeviceError as exc:
+            raise LimitChangeError(f"setting the limit of {gpu.label} to {target_mw / 1000:g} W failed: {exc}") from None
         set_mw = _read_limits(gpu).current_mw
         if abs(set_mw - target_mw) > 1000:
             raise LimitChangeError(
@@ -208,45 +217,6 @@ class PowerCapper:
             default_w=limits.default_mw / 1000.0, min_w=limits.min_mw / 1000.0, max_w=limits.max_mw / 1000.0,
         )
 
-    def restore(self) -> None:
-        """Put every changed GPU back to its exact original limit; raise if any stays changed.
-
-        Transient NVML errors are retried with a short backoff; SIGINT, SIGTERM and SIGHUP wait
-        until the restore is done. A GPU that cannot be restored keeps its journal entry (so
-        ``gpuenergy restore``, or the end of the session, can finish the job) and is named in the error.
-        """
-        failures: list[str] = []
-        try:
-            if self._applied:
-                with signals_held(f"restoring the power limit of {', '.join(a.gpu.label for a in self._applied)}"):
-                    failures = self._restore_all()
-        finally:
-            self._locks.close()
-        if failures:
-            raise LimitRestoreError("; ".join(failures))
-
-    def _restore_all(self) -> list[str]:
-        failures = []
-        while self._applied:
-            applied = self._applied.pop()
-            problem = _restore_one(applied.gpu, applied.original_mw)
-            if problem is None:
-                self.journal.clear(applied.entry)
-            else:
-                failures.append(problem)
-        return failures
-
-
-def restore_after_failure(capper: PowerCapper | Any, failure: BaseException) -> None:
-    """Put back what a failed ``apply`` changed. Should that fail too, the error says both, the cause
-    first: "no permission to set" reads as such, not as a failed restore."""
-    try:
-        capper.restore()
-    except LimitRestoreError as also:
-        if not isinstance(failure, Exception):
-            raise
-        raise LimitRestoreError(f"{failure}; putting the GPU back failed too: {also}") from None
-
 
 def _target_mw(spec: CapSpec, gpu: Gpu, limits: PowerLimits) -> int:
     target = spec.resolve_mw(limits)
@@ -257,43 +227,19 @@ def _target_mw(spec: CapSpec, gpu: Gpu, limits: PowerLimits) -> int:
     return target
 
 
-def _taken_over(gpu: Gpu, left: JournalEntry, current_mw: int) -> str:
+def _taken_over(gpu: Gpu, left: JournalEntry[int], current_mw: int) -> str:
     state = "still running" if left.owner_runs() else "gone"
     return (
         f"{gpu.label} was left at {current_mw / 1000:g} W by pid {left.pid} ({state}, its restore never "
         f"happened); this test took over its journal entry and put back the original "
-        f"{left.previous_limit_mw / 1000:g} W afterwards"
+        f"{left.saved / 1000:g} W afterwards"
     )
 
 
 def _read_limits(gpu: Gpu) -> PowerLimits:
     try:
         return retry_transient(gpu.limits, gpu.retry_backoff_s)
-    except pynvml.NVMLError_GpuIsLost:
+    except GpuLostError:
         raise gpu.lost_error() from None
-    except pynvml.NVMLError as exc:
-        raise LimitChangeError(f"reading the power limits of {gpu.label} failed: NVML: {exc}") from None
-
-
-def _restore_one(gpu: Gpu, previous: int) -> str | None:
-    last_problem = ""
-    for attempt in range(RETRY_ATTEMPTS):
-        if attempt:
-            time.sleep(gpu.retry_backoff_s * attempt)
-        try:
-            # Back means the limit set is the one from before: what the GPU enforces under it may
-            # differ (another power manager's cap), as it may have before the tests.
-            if gpu.current_limit_mw() == previous:
-                return None
-            gpu.set_limit_mw(previous)
-            if gpu.current_limit_mw() == previous:
-                return None
-            last_problem = f"it reads {gpu.current_limit_mw() / 1000:g} W after the restore"
-        except pynvml.NVMLError_GpuIsLost:
-            return f"{gpu.label} is lost (NVML: GPU is lost) and could not be set back to {previous / 1000:g} W"
-        except pynvml.NVMLError as exc:
-            last_problem = f"NVML: {exc}"
-    return (
-        f"{gpu.label} could not be set back to {previous / 1000:g} W after {RETRY_ATTEMPTS} attempts "
-        f"({last_problem})"
-    )
+    except DeviceError as exc:
+        raise LimitChangeError(f"reading the power limits of {gpu.label} failed: {exc}") from None

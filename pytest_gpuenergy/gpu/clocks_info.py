@@ -4,44 +4,47 @@ The ``--json`` keys added for the second knob (the power-limit keys are fixed, s
 after them): ``sm_clock_min_mhz``, ``sm_clock_max_mhz`` (the supported SM clocks),
 ``sm_clock_mhz`` (the clock now), ``sm_clock_locked`` (``true``/``false``, or ``null`` where the
 library cannot read a lock: real NVML), ``sm_clock_lock_mhz`` (``[min, max]`` or ``null``).
-A GPU whose clocks NVML cannot list reads ``null`` in each.
+A GPU whose clocks NVML cannot list reads ``null`` in each, as does an AMD GPU (no clock knob).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
-from .clock_journal import read_lock
-from .clocks import clock_range, sm_clock_now_mhz
-from .device import Gpu
+from ..errors import DeviceError
+from .clocks import SM_CLOCK, clock_range, sm_clock_now_mhz
+from .device import Gpu, SmClockLocking
+from .knob import UNREADABLE
 
 
 def clock_fields(gpu: Gpu) -> dict[str, Any]:
     """The SM clock keys of one ``gpuenergy info --json`` row."""
     fields: dict[str, Any] = {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "sm_clock_mhz": None,
                               "sm_clock_locked": None, "sm_clock_lock_mhz": None}
+    if not isinstance(gpu, SmClockLocking):
+        return fields           # an AMD GPU: no SM clock knob here
     try:
         found = clock_range(gpu)
         fields.update(sm_clock_min_mhz=found.min_mhz, sm_clock_max_mhz=found.max_mhz)
-    except (pynvml.NVMLError, ValueError):
+    except (DeviceError, ValueError):
         pass
     try:
         fields["sm_clock_mhz"] = sm_clock_now_mhz(gpu)
-    except pynvml.NVMLError:
+    except DeviceError:
         pass
     try:
-        readable, lock = read_lock(gpu)
-    except pynvml.NVMLError:
-        readable, lock = False, None
-    if readable:
+        lock = SM_CLOCK.read(gpu)
+    except DeviceError:
+        lock = UNREADABLE
+    if lock is not UNREADABLE:
         fields.update(sm_clock_locked=lock is not None, sm_clock_lock_mhz=list(lock) if lock else None)
     return fields
 
 
 def clock_line(row: dict[str, Any]) -> str:
     """One line of ``gpuenergy info``'s text for the row's SM clocks."""
+    if row.get("vendor") == "amd":
+        return "SM clock caps: not supported on AMD GPUs"
     if row["sm_clock_max_mhz"] is None:
         text = "SM clocks: not listed by NVML"
     else:

@@ -19,12 +19,11 @@ from typing import Any
 
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, domain_failures, select_budget
-from ..gpu.capping import PowerCap, PowerCapper
+from ..gpu.capping import PowerCap, PowerCapper, power_journal_for
 from ..gpu.claims import Claim, claim_gpus, in_order
-from ..gpu.clock_journal import ClockJournal, clock_journal_for, journals_for
-from ..gpu.clocks import ClockCap, ClockCapper
+from ..gpu.clocks import ClockCap, ClockCapper, ClockLock, clock_journal_for
 from ..gpu.device import Backend, Gpu, PowerLimits, open_backend, retry_transient
-from ..gpu.journal import Journal, journal_for
+from ..gpu.journal import Journal, journals_for
 from ..gpu.locks import holding, lock_paths
 from ..gpu.placement import Placement, pin_current_device, pin_worker
 from ..host.recorder import HostRecorder, open_host
@@ -91,12 +90,12 @@ class EnergySession:
         self.gpus: list[Gpu] = []          # the pool (--gpu-devices); a test holds some of them (``held``)
         self.held: list[Gpu] = []          # the GPUs of the test that runs now (see ``lease``)
         self.limits: dict[str, PowerLimits] = {}
-        self.journal: Journal | None = None
+        self.journal: Journal[int] | None = None
         self.cases: dict[str, CaseRecord] = {}
         self._case_ids: dict[str, list[str]] = {}     # test id -> its cases' ids (regions in order)
         self.active_cap: PowerCap | None = None
         self.active_clock: ClockCap | None = None
-        self.clock_journal: ClockJournal | None = None
+        self.clock_journal: Journal[ClockLock] | None = None
         self.repairs: list[str] = []           # what the start of the session repaired
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.notices: list[str] = []           # for the end of the session: what the user should know
@@ -143,7 +142,7 @@ class EnergySession:
         if not self.backend.simulated:      # the simulator runs no CUDA: backend.use routes its work
             pin_worker(self.gpus, self.placement)
         self.backend.use([])  # the process works on its GPUs only inside tests that hold them
-        self.journal = journal_for(self.backend)
+        self.journal = power_journal_for(self.backend)
         self.clock_journal = clock_journal_for(self.backend)
         if repair:
             for journal in journals_for(self.backend):
@@ -220,22 +219,15 @@ class EnergySession:
     def _after_the_tests(self, repair: bool) -> list[str]:
         assert self.backend is not None and self.journal is not None
         problems: dict[tuple[str, str], str] = {}       # per knob and GPU UUID
-        journals = journals_for(self.backend)
-        for knob, journal in zip(("power", "clock"), journals):
+        for journal in journals_for(self.backend):
             for outcome in journal.repair(self.backend) if repair else ():
                 if outcome.action == "failed":
-                    problems[(knob, outcome.entry.gpu_uuid)] = outcome.message
+                    problems[(journal.knob.name, outcome.entry.gpu_uuid)] = outcome.message
                 elif outcome.action in ("restored", "changed-since"):
                     self.end_repairs.append(outcome.message)
-        for entry in journals[0].entries():
-            if entry.pid == os.getpid() and ("power", entry.gpu_uuid) not in problems:
-                problems[("power", entry.gpu_uuid)] = (
-                    f"GPU {entry.gpu_index} ({entry.gpu_name}) stays at {entry.applied_limit_mw / 1000:g} W; its limit "
-                    f"before the tests was {entry.previous_limit_mw / 1000:g} W"
-                )
-        for entry in journals[1].entries():
-            if entry.pid == os.getpid() and ("clock", entry.gpu_uuid) not in problems:
-                problems[("clock", entry.gpu_uuid)] = f"{entry.describe()}; the clock lock stays"
+            for entry in journal.entries():
+                if entry.pid == os.getpid() and (journal.knob.name, entry.gpu_uuid) not in problems:
+                    problems[(journal.knob.name, entry.gpu_uuid)] = f"{entry.describe()}; it stays so"
         return list(problems.values())
 
     # -- what the fixtures use -----------------------------------------------------------------
