@@ -32,6 +32,7 @@ from pytest_gpuenergy.gpu.device import (
     retry_transient,
 )
 from pytest_gpuenergy.gpu.nvidia import NvmlGpu
+from pytest_gpuenergy.gpu.placement import Placement, pin_current_device, pin_worker
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.sim.amdsmi import COUNTER_RESOLUTION_UJ, SimulatedAmdSmi
 from pytest_gpuenergy.sim.nvml import SimulatedNvml
@@ -362,6 +363,37 @@ def test_each_librarys_gpus_are_filtered_by_its_own_runtimes_variable(monkeypatc
     try:
         assert [g.index for g in backend.visible_gpus] == visible
         assert [g.index for g in backend.select(None)] == visible
+    finally:
+        backend.close()
+
+
+def test_an_xdist_worker_on_a_mixed_node_pins_each_vendors_runtime_to_its_own_gpu_first(monkeypatch):
+    """NVIDIA: CUDA_VISIBLE_DEVICES by uuid; AMD: ROCR_VISIBLE_DEVICES by AMD SMI's index, and HIP's
+    variable keeping them all (HIP would read CUDA's otherwise); torch on ROCm then follows the test."""
+    backend = opened(monkeypatch, "H100,H100,MI300X,MI210")
+    try:
+        pool = backend.select(None)
+        h100_0, h100_1, mi300x, mi210 = pool
+        for worker, expected in [
+            ("gw1", {"CUDA_VISIBLE_DEVICES": f"{h100_1.uuid},{h100_0.uuid}", "ROCR_VISIBLE_DEVICES": "0,1",
+                     "HIP_VISIBLE_DEVICES": "0,1"}),
+            ("gw3", {"CUDA_VISIBLE_DEVICES": f"{h100_0.uuid},{h100_1.uuid}", "ROCR_VISIBLE_DEVICES": "1,0",
+                     "HIP_VISIBLE_DEVICES": "0,1"}),
+        ]:
+            env: dict[str, str] = {}
+            assert pin_worker(pool, Placement.from_environment({}, worker_id=worker), env) == env == expected
+        amd_only = opened(monkeypatch, "MI300X,MI210")
+        env = {}
+        pin_worker(amd_only.select(None), Placement.from_environment({}, worker_id="gw1"), env)
+        assert env == {"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "0,1"}     # no CUDA_VISIBLE_DEVICES="" hiding all
+        amd_only.close()
+        for name, value in expected.items():        # gw3's worker: torch on ROCm makes the held MI300X current
+            monkeypatch.setenv(name, value)
+        chosen: list[int] = []
+        cuda = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, device_count=lambda: 2,
+                               set_device=chosen.append)
+        monkeypatch.setitem(__import__("sys").modules, "torch", SimpleNamespace(cuda=cuda))
+        assert pin_current_device([mi300x], backend.all_gpus) == 1 and chosen == [1]    # the MI210 is device 0 there
     finally:
         backend.close()
 

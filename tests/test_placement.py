@@ -65,8 +65,9 @@ def test_torchrun_ranks_take_their_local_rank_and_only_rank_0_reports(four):
 def test_an_xdist_worker_sees_its_gpu_first_and_torch_follows_the_test(four, monkeypatch):
     pool = four.select(None)
     env: dict[str, str] = {}
-    value = pin_worker(pool, Placement.from_environment({}, worker_id="gw2"), env)
-    assert value == env["CUDA_VISIBLE_DEVICES"] == ",".join(g.uuid for g in pool[2:] + pool[:2])
+    pinned = pin_worker(pool, Placement.from_environment({}, worker_id="gw2"), env)
+    value = ",".join(g.uuid for g in pool[2:] + pool[:2])
+    assert pinned == env == {"CUDA_VISIBLE_DEVICES": value}
     assert pin_worker(pool, Placement.from_environment({}), env={}) is None      # one process: left alone
     chosen: list[int] = []
     cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,

@@ -133,20 +133,32 @@ def visible_order(pool: Sequence[Gpu], first: Gpu) -> list[Gpu]:
     return list(pool[start:]) + list(pool[:start])
 
 
-def pin_worker(pool: Sequence[Gpu], placement: Placement, env: dict[str, str] | None = None) -> str | None:
-    """A pytest-xdist worker's CUDA sees the pool starting at its own GPU; returns the value set.
+def pin_worker(pool: Sequence[Gpu], placement: Placement, env: dict[str, str] | None = None) -> dict[str, str] | None:
+    """A pytest-xdist worker's runtime sees the pool starting at its own GPU; returns the variables set.
 
-    Done at the start of the worker, before any test can initialise CUDA (which reads the variable
-    once). UUIDs are written, so CUDA's device order (``CUDA_DEVICE_ORDER``) cannot pick another
-    GPU. Where CUDA already runs in this process nothing is changed (``pin_current_device`` then
-    does the job per test). Single processes and torchrun ranks keep their variable as it is.
+    Done at the start of the worker, before any test can initialise CUDA or HIP (which read the
+    variables once). NVIDIA GPUs: ``CUDA_VISIBLE_DEVICES`` with UUIDs, so CUDA's device order
+    (``CUDA_DEVICE_ORDER``) cannot pick another GPU. AMD GPUs: ``ROCR_VISIBLE_DEVICES`` with AMD SMI's
+    indices (ROCR takes indices or its own UUIDs, which need not be AMD SMI's), and
+    ``HIP_VISIBLE_DEVICES`` keeping all of those, since HIP would otherwise read
+    ``CUDA_VISIBLE_DEVICES`` (ROCm's environment variables). Where CUDA already runs in this process
+    nothing is changed (``pin_current_device`` then does the job per test). Single processes and
+    torchrun ranks keep their variables as they are.
     """
     target: MutableMapping[str, str] = os.environ if env is None else env
     if placement.kind != "xdist" or not pool or _cuda_initialised():
         return None
-    value = ",".join(g.uuid for g in visible_order(pool, placement.own_gpu(pool)))
-    target["CUDA_VISIBLE_DEVICES"] = value
-    return value
+    order = visible_order(pool, placement.own_gpu(pool))
+    nvidia = [g for g in order if g.library == "nvml"]
+    amd = [g for g in order if g.library == "amdsmi"]
+    pinned: dict[str, str] = {}
+    if nvidia:
+        pinned["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in nvidia)
+    if amd:
+        pinned["ROCR_VISIBLE_DEVICES"] = ",".join(str(g.library_index) for g in amd)
+        pinned["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(amd)))
+    target.update(pinned)
+    return pinned
 
 
 def pin_current_device(held: Sequence[Gpu], all_gpus: Sequence[Gpu]) -> int | None:
