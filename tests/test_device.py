@@ -19,6 +19,7 @@ from pytest_gpuenergy.errors import (
     DevicePermissionError,
     DeviceTransientError,
     GpuLostError,
+    GpuSelectionError,
     MeasurementError,
 )
 from pytest_gpuenergy.gpu import amd, nvidia
@@ -407,6 +408,13 @@ def test_an_amd_gpu_is_made_visible_by_its_uuid(monkeypatch):
         assert [g.index for g in backend.visible_gpus] == [1]
     finally:
         backend.close()
+
+
+def test_an_amd_uuid_that_amd_smi_does_not_list_is_an_error_not_a_hidden_gpu(monkeypatch):
+    """ROCR's UUIDs (rocminfo's GPU-<16 hex>) need not be AMD SMI's: say so rather than hide the GPUs."""
+    with pytest.raises(GpuSelectionError, match=r"^ROCR_VISIBLE_DEVICES: no AMD GPU has the UUID 'GPU-deadbeefdeadbeef' "
+                                                r"as AMD SMI reports them \(0 \(GPU-.*\)\); name them by index"):
+        opened(monkeypatch, "MI300X", ROCR_VISIBLE_DEVICES="GPU-deadbeefdeadbeef")
 
 
 def test_auto_takes_every_library_that_finds_gpus_nvidia_first(monkeypatch, sim_state):

@@ -429,20 +429,27 @@ def visible_gpus(gpus: Sequence[Gpu], variables: Mapping[str, str | None] | None
             value = next((found for name in names if (found := variables.get(name)) is not None), None)
             if value is None or (simulated and not _split(value)):
                 continue
-            mine = _visible(mine, value)
+            mine = _visible(mine, value, next(name for name in names if variables.get(name) is not None))
         chosen += mine
     return chosen
 
 
-def _visible(gpus: Sequence[Gpu], spec: str) -> list[Gpu]:
-    """The GPUs ``spec`` names, in its order: an index counts the GPUs left so far (as HIP's variable
-    indexes what ROCR's left), a UUID prefix names one."""
+def _visible(gpus: Sequence[Gpu], spec: str, name: str = "") -> list[Gpu]:
+    """The GPUs ``spec`` (the variable ``name``) names, in its order: an index counts the GPUs left so
+    far (as HIP's variable indexes what ROCR's left), a UUID prefix names one.
+
+    An AMD UUID that matches none is an error, not a GPU silently hidden: ROCR's own UUIDs (rocminfo's)
+    need not be the ones AMD SMI gives, which the plugin shows."""
     chosen: list[Gpu] = []
     for item in _split(spec):
         if item.isdigit():
             gpu = gpus[int(item)] if int(item) < len(gpus) else None
         else:
             gpu = _match_gpu(gpus, item, by_library_index=True)
+            if gpu is None and gpus and gpus[0].library == "amdsmi":
+                known = ", ".join(f"{g.library_index} ({g.uuid})" for g in gpus)
+                raise GpuSelectionError(f"{name}: no AMD GPU has the UUID {item!r} as AMD SMI reports them ({known}); "
+                                        f"name them by index (as gpuenergy info lists them) instead")
         if gpu is None:
             break
         if gpu not in chosen:
@@ -491,10 +498,15 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_s
             found[library] = opened
     if found:
         gpus = [gpu for opened in found.values() for gpu in opened.gpus]
-        return Backend("+".join(found), gpus, user_state_dir(),
-                       driver_versions={library: opened.driver_version for library, opened in found.items()},
-                       closers=[opened.close for opened in found.values()],
-                       cuda_driver_version=found["nvml"].cuda_driver_version if "nvml" in found else None)
+        try:
+            return Backend("+".join(found), gpus, user_state_dir(),
+                           driver_versions={library: opened.driver_version for library, opened in found.items()},
+                           closers=[opened.close for opened in found.values()],
+                           cuda_driver_version=found["nvml"].cuda_driver_version if "nvml" in found else None)
+        except GpuSelectionError:      # a visibility variable the plugin cannot follow: let go of the libraries
+            for opened in found.values():
+                opened.close()
+            raise
     if kind != "auto":
         install = {"nvml": "install the NVIDIA driver",
                    "amdsmi": "install ROCm and its Python package (pip install 'pytest-gpuenergy[amd]')"}[kind]
@@ -526,4 +538,10 @@ def open_simulator(sim_state_dir: Path | None = None, sim_seed: int | None = Non
             f"{f' ({exc.filename})' if exc.filename else ''}; set GPUENERGY_SIM_STATE to a folder you can write"
         ) from None
     sim.simCountCpuWork(False)    # the CPU-time proxy counts inside a meter's regions only
-    return SimulatedBackend(sim, gpus + amd_gpus, amdsmi)
+    try:
+        return SimulatedBackend(sim, gpus + amd_gpus, amdsmi)
+    except GpuSelectionError:
+        if amdsmi is not None:
+            amdsmi.amdsmi_shut_down()
+        sim.nvmlShutdown()
+        raise
