@@ -102,8 +102,10 @@ def test_without_the_default_limit_measured_the_highest_cap_stands_in_and_every_
 
 def test_a_workload_run_at_one_cap_has_no_saving_and_its_best_is_its_default():
     doc = make_doc(seed=5, workloads=("alexnet-train",), caps_w=(700.0,))
-    (row,) = build_table([doc]).rows
+    table = build_table([doc])
+    (row,) = table.rows
     assert row.best == row.default and row.saving_pct == 0.0
+    assert table.winners == () and "most efficient" not in "\n".join(table_lines(table, 80))   # one device: no one to beat
 
 
 # -- the most efficient device -----------------------------------------------------------------------

@@ -207,8 +207,9 @@ class DeviceTable:
                  "against default. ETS, T and EDP are means per call of the measured function"]
         if not all(row.default_measured for row in self.rows):
             lines.append("†: the default limit was not measured; the figures are at the highest cap measured")
-        rank = "among measured devices, and apart among simulated ones" if self.mixed else "of the devices here"
-        lines.append(f"{mark}: the most efficient device for the workload, {rank}: the least ETS at its best setting")
+        if self.winners:
+            rank = "among measured devices, and apart among simulated ones" if self.mixed else "of the devices here"
+            lines.append(f"{mark}: the most efficient device for the workload, {rank}: the least ETS at its best setting")
         if any(row.domains for row in self.rows):
             lines.append(f"{DOMAIN_MARK} host CPU, host DRAM: the host's energy over the same regions (Linux powercap, "
                          f"RAPL; the whole host's), at the GPU's default and best caps; node total: GPU, CPU and DRAM "
