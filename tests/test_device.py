@@ -29,6 +29,7 @@ from pytest_gpuenergy.gpu.device import (
     OpenedLibrary,
     SimulatedBackend,
     SmClockLocking,
+    hiding_variable,
     open_backend,
     retry_transient,
 )
@@ -459,6 +460,41 @@ def test_a_library_asked_for_by_name_that_is_not_there_is_a_one_line_error_with_
         "(pip install 'pytest-gpuenergy[amd]'), or use --gpu-backend=sim to run on simulated GPUs")
     with pytest.raises(BackendUnavailable, match="unknown GPU backend 'rocm': choose from auto, nvml, amdsmi, sim"):
         open_backend("rocm")
+
+
+def test_the_real_amd_path_opens_the_amdsmi_module_it_finds(monkeypatch, sim_state):
+    """``open_amdsmi`` as on an AMD node, the simulated AMD SMI standing in for the ``amdsmi`` module."""
+    monkeypatch.setenv("GPUENERGY_SIM_GPUS", "MI300X,MI210")
+    monkeypatch.setitem(__import__("sys").modules, "amdsmi", SimulatedAmdSmi(SimulatedNvml(state_dir=sim_state).machine))
+    found = amd.open_amdsmi(hidden_counts=True, first_index=3)
+    assert isinstance(found, OpenedLibrary) and found.driver_version == "simulated"
+    assert [(g.index, g.library_index, g.backend, g.simulated) for g in found.gpus] == [(3, 0, "amdsmi", False),
+                                                                                         (4, 1, "amdsmi", False)]
+    found.close()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")            # a CPU-only job: HIP reads it too
+    assert amd.open_amdsmi(hidden_counts=True) == "CUDA_VISIBLE_DEVICES hides every GPU"
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")            # ...unless HIP's own variable is set
+    found = amd.open_amdsmi(hidden_counts=True)
+    assert isinstance(found, OpenedLibrary)
+    found.close()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES")
+    backend = open_backend("amdsmi")
+    try:
+        assert (backend.name, backend.label, backend.simulated) == ("amdsmi", "AMD SMI, driver simulated", False)
+        assert [g.name.split(" (")[0] for g in backend.visible_gpus] == ["AMD Instinct MI300X", "AMD Instinct MI210"]
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(("env", "hiding"), [
+    ({"CUDA_VISIBLE_DEVICES": ""}, {"nvml": "CUDA_VISIBLE_DEVICES", "amdsmi": "CUDA_VISIBLE_DEVICES"}),
+    ({"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "0"}, {"nvml": "CUDA_VISIBLE_DEVICES", "amdsmi": None}),
+    ({"ROCR_VISIBLE_DEVICES": " "}, {"nvml": None, "amdsmi": "ROCR_VISIBLE_DEVICES"}),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, {"nvml": None, "amdsmi": None}),
+])
+def test_a_variable_set_to_nothing_hides_its_librarys_gpus_from_auto(env, hiding):
+    assert {library: hiding_variable(library, env) for library in ("nvml", "amdsmi")} == hiding
 
 
 def test_without_the_amdsmi_package_no_amd_library_is_found(monkeypatch):

@@ -32,7 +32,6 @@ documentation (rocm.docs.amd.com/projects/amdsmi, "Power Queries", "Power Contro
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from ..errors import (
     DevicePermissionError,
     DeviceTransientError,
 )
-from .device import Gpu, OpenedLibrary, PowerLimits
+from .device import Gpu, OpenedLibrary, PowerLimits, hiding_variable
 
 COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (metrics cached 1 ms; ROCm/ROCm#1649)
 CURRENT_POWER_WINDOW_S = 0.001  # current_socket_power: the last metrics sample
@@ -274,7 +273,7 @@ def amd_gpus(amdsmi: Any, *, simulated: bool, first_index: int = 0) -> list[AmdG
 
 def open_amdsmi(*, hidden_counts: bool = False, first_index: int = 0) -> OpenedLibrary | str:
     """AMD SMI's GPUs, or why there are none. With ``hidden_counts``, GPUs that ``ROCR_VISIBLE_DEVICES=""``
-    (or ``HIP_VISIBLE_DEVICES=""``) hides all of count as none found."""
+    (or ``HIP_VISIBLE_DEVICES=""``, or ``CUDA_VISIBLE_DEVICES=""`` without HIP's) hides all of count as none found."""
     try:
         import amdsmi
     except ImportError:
@@ -283,17 +282,16 @@ def open_amdsmi(*, hidden_counts: bool = False, first_index: int = 0) -> OpenedL
         amdsmi.amdsmi_init()      # its default: AMD GPUs only
     except Exception as exc:    # the library's own or a missing libamd_smi.so (OSError, KeyError in some releases)
         return f"AMD SMI is not available ({exc})"
-    hidden = [name for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-              if (value := os.environ.get(name)) is not None and not value.strip()]
+    hiding = hiding_variable("amdsmi") if hidden_counts else None
     try:
         gpus = amd_gpus(amdsmi, simulated=False, first_index=first_index)
         driver = str(amdsmi.amdsmi_get_gpu_driver_info(gpus[0].handle).get("driver_version")) if gpus else ""
     except (DeviceError, amdsmi.AmdSmiLibraryException) as exc:
         _shutdown(amdsmi)
         return f"AMD SMI cannot list its GPUs ({exc})"
-    if not gpus or (hidden_counts and hidden):
+    if not gpus or hiding is not None:
         _shutdown(amdsmi)
-        return "AMD SMI finds no GPU" if not gpus else f"{hidden[0]} hides every GPU"
+        return "AMD SMI finds no GPU" if not gpus else f"{hiding} hides every GPU"
     return OpenedLibrary(list(gpus), driver, lambda: _shutdown(amdsmi))
 
 
@@ -305,10 +303,8 @@ def _shutdown(amdsmi: Any) -> None:
 def simulated_amd_gpus(nvml_sim: Any, *, first_index: int) -> tuple[Any, list[Gpu]]:
     """The simulated machine's AMD GPUs through the simulated ``amdsmi`` over the same machine as
     ``nvml_sim`` (None and no GPUs where the machine has no AMD model)."""
-    try:
-        from ..sim.amdsmi import SimulatedAmdSmi
-    except ImportError:     # temporary: until the simulated amdsmi lands (H2), the machine shows no AMD GPU
-        return None, []
+    from ..sim.amdsmi import SimulatedAmdSmi
+
     amdsmi = SimulatedAmdSmi(nvml_sim.machine)
     amdsmi.amdsmi_init()
     gpus: list[Gpu] = list(amd_gpus(amdsmi, simulated=True, first_index=first_index))

@@ -434,6 +434,18 @@ def visible_gpus(gpus: Sequence[Gpu], variables: Mapping[str, str | None] | None
     return chosen
 
 
+def hiding_variable(library: str, variables: Mapping[str, str | None] | None = None) -> str | None:
+    """The variable set to "" that hides every GPU of ``library`` from its runtime (CPU-only CI jobs
+    set ``CUDA_VISIBLE_DEVICES=""``, which HIP reads too), or None: ``auto`` then counts none found."""
+    if variables is None:
+        variables = os.environ
+    for names in VISIBILITY_VARIABLES[library]:
+        name = next((name for name in names if variables.get(name) is not None), None)
+        if name is not None and not _split(variables[name]):
+            return name
+    return None
+
+
 def _visible(gpus: Sequence[Gpu], spec: str, name: str = "") -> list[Gpu]:
     """The GPUs ``spec`` (the variable ``name``) names, in its order: an index counts the GPUs left so
     far (as HIP's variable indexes what ROCR's left), a UUID prefix names one.

@@ -11,7 +11,6 @@ Error") for the callers' messages. Which errors are transient (``NVMLError_Unkno
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from ..errors import (
     DeviceTransientError,
     GpuLostError,
 )
-from .device import Gpu, OpenedLibrary, PowerLimits
+from .device import Gpu, OpenedLibrary, PowerLimits, hiding_variable
 
 COUNTER_PERIOD_S = 0.1           # NVML's energy counter is published every 100 ms (its documentation)
 INSTANT_POWER_WINDOW_S = 0.025   # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)
@@ -245,10 +244,10 @@ def open_nvml(*, hidden_counts: bool = False, first_index: int = 0) -> OpenedLib
         return f"NVML is not available ({exc})"
     try:
         count = pynvml.nvmlDeviceGetCount()
-        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if count == 0 or (hidden_counts and cuda_visible is not None and not cuda_visible.strip()):
+        hiding = hiding_variable("nvml") if hidden_counts else None
+        if count == 0 or hiding is not None:
             pynvml.nvmlShutdown()
-            return "NVML finds no GPU" if count == 0 else "CUDA_VISIBLE_DEVICES hides every GPU"
+            return "NVML finds no GPU" if count == 0 else f"{hiding} hides every GPU"
         gpus = nvml_gpus(pynvml, simulated=False, first_index=first_index)
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
     except (pynvml.NVMLError, DeviceError) as exc:
