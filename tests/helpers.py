@@ -20,7 +20,7 @@ import sys
 import textwrap
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -164,6 +164,20 @@ def lock_is_free(backend: Backend, gpu: Gpu) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def sigint_as_a_terminal_gives() -> Iterator[None]:
+    """SIGINT raising KeyboardInterrupt for the block, as a terminal gives it. A process started with
+    SIGINT ignored (a background job of a script, mutmut's test runs) keeps it ignored, and a restore
+    then has no signal to hold: the tests of a signal during a restore would see nothing."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def read_lock(gpu: Gpu) -> tuple[bool, tuple[int, int] | None]:

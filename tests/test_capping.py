@@ -29,7 +29,7 @@ from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
 from pytest_gpuenergy.gpu.specs import parse_cap
 
-from helpers import DEAD_PID, H100, V100, lock_is_free
+from helpers import DEAD_PID, H100, V100, lock_is_free, sigint_as_a_terminal_gives
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
@@ -461,7 +461,8 @@ def test_a_signal_during_a_restore_waits_and_is_announced_with_the_gpus_restored
         capper = capper_of(backend)
         capper.apply(parse_cap("200"))
         counting(monkeypatch, v100, "set_limit_mw", lambda mw: signal.raise_signal(signal.SIGINT))
-        capper.restore()
+        with sigint_as_a_terminal_gives():     # not ignored, as a background job inherits it
+            capper.restore()
     finally:
         signals.announce_with(None)
     assert said == [f"gpuenergy: SIGINT received while restoring the power limit of {GPU0}, {GPU1}: finishing that "

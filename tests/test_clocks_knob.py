@@ -42,7 +42,7 @@ from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
 from pytest_gpuenergy.gpu.nvidia import NvmlGpu
 from pytest_gpuenergy.gpu.specs import parse_clock
 
-from helpers import DEAD_PID, H100, V100, lock_is_free, put_lock, read_lock
+from helpers import DEAD_PID, H100, V100, lock_is_free, put_lock, read_lock, sigint_as_a_terminal_gives
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
@@ -467,7 +467,8 @@ def test_a_signal_during_a_clock_restore_waits_and_is_announced_with_the_gpus(ba
     try:
         capper = capper_of(backend, *gpus)
         capper.apply(parse_clock("990"))
-        capper.restore()
+        with sigint_as_a_terminal_gives():     # not ignored, as a background job inherits it
+            capper.restore()
     finally:
         signals.announce_with(None)
     assert said == [f"gpuenergy: SIGINT received while restoring the SM clock of {GPU0}, {GPU1}: finishing that "

@@ -24,7 +24,7 @@ from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, journal_for, whole_number
 from pytest_gpuenergy.gpu.knob import UNREADABLE, Knob, Setter, Unreadable
 
-from helpers import DEAD_PID, H100, V100, lock_is_free
+from helpers import DEAD_PID, H100, V100, lock_is_free, sigint_as_a_terminal_gives
 
 pytestmark = pytest.mark.sim_gpus("H100,V100")
 
@@ -191,7 +191,8 @@ def test_a_signal_during_a_third_knobs_restore_waits_and_names_the_knob(backend,
     setter.apply(90)
     real_put = fan.put
     monkeypatch.setattr(fan, "put", lambda gpu, setting: (signal.raise_signal(signal.SIGINT), real_put(gpu, setting)))
-    setter.restore()
+    with sigint_as_a_terminal_gives():         # not ignored, as a background job inherits it
+        setter.restore()
     assert said == [f"gpuenergy: SIGINT received while restoring the fan speed of {GPU0}, {GPU1}: finishing that "
                     f"first, then stopping"]
     assert set(fan.speed_pct.values()) == {30}
