@@ -262,3 +262,14 @@ def test_a_lost_gpu_during_a_repair_is_a_failed_repair(backend, h100, fan, journ
     fan.failing["read"] = GpuLostError(f"{GPU0} is lost")
     [outcome] = journal.repair(backend)
     assert outcome.action == "failed" and outcome.message.endswith(f"could not restore it ({GPU0} is lost)")
+
+
+@pytest.mark.parametrize("kind", ["gpuenergy-limit-journal", None, "gpuenergy-journal-2"])
+def test_a_third_knob_without_an_earlier_format_refuses_any_other_format(h100, fan, journal, kind):
+    from pytest_gpuenergy.errors import JournalCorrupt
+
+    entry = JournalEntry(fan, h100.uuid, 0, H100, "nvidia", 40, 90, DEAD_PID, "gone", "elsewhere", 1.0)
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{h100.uuid}.json", entry.to_json() | {"format": kind})
+    with pytest.raises(JournalCorrupt, match=r"is unreadable \(not a fan-speed journal entry\); check the GPU's fan speed"):
+        journal.entry(h100.uuid)

@@ -197,15 +197,13 @@ class Journal(Generic[S]):
 
     def _parse(self, data: Any, file_uuid: str) -> JournalEntry[S]:
         """Check every field: a damaged entry must be an error, never a setting to put on a GPU."""
-        kind = data.get("format") if isinstance(data, dict) else None
-        if self.legacy is not None and kind == self.legacy.format:
-            assert isinstance(data, dict)
+        formats = [FORMAT] + ([self.legacy.format] if self.legacy is not None else [])
+        if not isinstance(data, dict) or data.get("format") not in formats:
+            raise ValueError(f"not a {self.legacy.what if self.legacy else self.knob.name} journal entry")
+        if self.legacy is not None and data["format"] == self.legacy.format:
             fields = _common_fields(data, file_uuid)
             saved, applied = self.legacy.decode(data)
             return JournalEntry(self.knob, vendor="nvidia", saved=saved, applied=applied, **fields)
-        if kind != FORMAT:
-            raise ValueError(f"not a {self.legacy.what if self.legacy else self.knob.name} journal entry")
-        assert isinstance(data, dict)
         if data.get("knob") != self.knob.name:
             raise ValueError(f"it is an entry of the knob {shown(data.get('knob'))}, not of {self.knob.name}")
         if data.get("vendor") not in VENDORS:

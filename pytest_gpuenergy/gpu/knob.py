@@ -169,7 +169,7 @@ class Setter(Generic[S]):
             raise LimitRestoreError("; ".join(failures))
 
 
-def restore_after_failure(setter: Setter[Any] | Any, failure: BaseException) -> None:
+def restore_after_failure(setter: Setter[Any], failure: BaseException) -> None:
     """Put back what a failed ``apply`` changed. Should that fail too, the error says both, the cause
     first: "no permission to set" reads as such, not as a failed restore."""
     try:
