@@ -268,8 +268,7 @@ class EnergyResult(_SummaryFigures):
 
     per_gpu: tuple[GpuResult, ...]
     notes: tuple[str, ...] = field(default=())
-    # --energy-domains beyond gpu: each domain's figure and the node's total (empty: the GPUs only)
-    per_domain: Mapping[Domain, DomainEnergy] = field(default_factory=dict, hash=False)
+    per_domain: Mapping[Domain, DomainEnergy] = field(default_factory=dict, hash=False)  # --energy-domains: gpu, cpu, dram, node
 
     @property
     def repetitions(self) -> tuple[Repetition, ...]:
