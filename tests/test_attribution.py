@@ -73,13 +73,16 @@ def test_a_steady_step_without_noise_is_fitted_to_a_percent_with_every_figure_pe
     assert all(p.told_apart for p in result.phases if p.name != "gap") and result.windows >= 70
 
 
-@pytest.mark.parametrize("period_s", [NVML_S, AMD_S], ids=["nvml-100ms", "amd-1ms"])
-@pytest.mark.parametrize("length_s", [0.002, 0.005, 0.01, 0.05])
+@pytest.mark.parametrize(("length_s", "period_s"), [
+    pytest.param(0.002, NVML_S, marks=pytest.mark.slow),       # a 313 s region: 3 to 4 s of arithmetic
+    *[(length_s, NVML_S) for length_s in (0.005, 0.01, 0.05)],
+    *[(length_s, AMD_S) for length_s in (0.002, 0.005, 0.01, 0.05)],
+])
 def test_each_phase_length_is_within_ten_percent_for_the_region_the_design_asks(length_s, period_s):
     phases, powers = _design(length_s)
     needed_s = region_time_needed_s(phases, powers, period_s, 0.10, power_noise=0.0,
                                     resolution_j=RESOLUTION_J[period_s])
-    assert math.isfinite(needed_s)          # 211 s for 2 ms phases under NVML: about 1 s of arithmetic per region
+    assert math.isfinite(needed_s)
     for seed in range(2):
         region = bench.synthetic_region(bench.step(length_s), region_s=needed_s, period_s=period_s, seed=seed,
                                         resolution_j=RESOLUTION_J[period_s])
@@ -100,6 +103,27 @@ def test_with_noisy_phases_the_fit_stays_within_ten_percent_and_its_bounds_hold(
         region = bench.synthetic_region(bench.step(length_s), region_s=region_s, period_s=period_s, seed=seed,
                                         power_noise=0.02, resolution_j=RESOLUTION_J[period_s])
         _check_honest(region, region.attribute(), within=0.10 if region_s == needed_s else None)
+
+
+def test_a_missed_publication_only_makes_one_window_longer():
+    region = bench.synthetic_region(bench.step(0.01), region_s=8.0, period_s=NVML_S, seed=6)
+    kept = np.ones(len(region.times_s), dtype=bool)
+    kept[::7] = False                                    # the reader missed one publication in seven
+    result = attribute_phases(region.times_s[kept], region.energies_j[kept], region.timeline, t0_s=region.t0_s,
+                              t1_s=region.t1_s, ets_j=region.ets_j, ets_low_j=region.ets_low_j,
+                              ets_high_j=region.ets_high_j, calls=region.calls, max_power_w=bench.MAX_POWER_W,
+                              dating_error_s=region.dating_error_s)
+    _check_honest(region, result, within=0.05)
+
+
+def test_dating_jitter_under_a_1ms_counter_shrinks_the_powers_and_the_bound_allows_for_it():
+    # 1 ms windows dated within 0.1 ms: each window's length is off by up to a fifth, which a plain
+    # fit reads as real coverage and so draws every power ~0.2 % towards zero (errors in the
+    # variables). A 30 s region makes the statistical part far smaller than that.
+    for seed in range(2):
+        region = bench.synthetic_region(bench.step(0.05), region_s=30.0, period_s=AMD_S, seed=seed,
+                                        resolution_j=RESOLUTION_J[AMD_S])
+        _check_honest(region, region.attribute(), within=0.01)
 
 
 def test_a_phase_at_the_gpus_maximum_and_one_at_zero_never_leave_the_range():

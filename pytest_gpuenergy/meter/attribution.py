@@ -19,7 +19,8 @@ as the larger of the textbook one and one robust to windows that share a phase's
 times a Student t quantile at ``confidence``), the counter's resolution (each window's energy
 is known to ``resolution_j``, pushed through the fit as a worst case), and the lattice's dating
 error (the fit done again with every publication moved by its dating error, earlier and later:
-the larger change). A phase's energy is its power times its time. The phases' energies are then
+the larger change), plus the shrinking that dating errors differing from one publication to the
+next cause (errors in the variables). A phase's energy is its power times its time. The phases' energies are then
 moved to add up exactly to the region's ETS (the meter's figure, which includes the region's
 edges that no whole window covers), each by a share of the difference in proportion to its
 variance, so that the least known phases absorb it; and each bound is intersected with what the
@@ -238,10 +239,9 @@ def _real_shares(coverage: np.ndarray, groups: list[list[int]], at_edge: np.ndar
 
 
 def _merge_noise_dominated(coverage: np.ndarray, groups: list[list[int]], at_edge: np.ndarray,
-                           errors_s: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+                           errors_s: np.ndarray) -> list[list[int]]:
     """``groups`` with each whose share varies mostly by dating noise merged into the group its share
-    moves with most, until every group's variation is at least ``_REAL_SHARE`` real; and each
-    group's real share."""
+    moves with most, until every group's variation is at least ``_REAL_SHARE`` real."""
     real = _real_shares(coverage, groups, at_edge, errors_s)
     while len(groups) > 1 and real.min() < _REAL_SHARE:
         weak = int(real.argmin())
@@ -253,7 +253,7 @@ def _merge_noise_dominated(coverage: np.ndarray, groups: list[list[int]], at_edg
         merged = sorted(groups[weak] + groups[partner])
         groups = [g for j, g in enumerate(groups) if j not in (weak, partner)] + [merged]
         real = _real_shares(coverage, groups, at_edge, errors_s)
-    return groups, real
+    return groups
 
 
 def _fit_powers(a: np.ndarray, e: np.ndarray, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
@@ -263,9 +263,14 @@ def _fit_powers(a: np.ndarray, e: np.ndarray, low: float, high: float) -> tuple[
 
 def _half_widths_w(
     a: np.ndarray, e: np.ndarray, unconstrained: np.ndarray, per_cluster: int, confidence: float,
-    resolution_j: float, shifted: Sequence[np.ndarray],
+    resolution_j: float, shifted: Sequence[np.ndarray], edge_variance_s2: np.ndarray, powers_w: np.ndarray,
 ) -> np.ndarray:
-    """Each power's bound half-width (W): statistical, resolution and dating parts added."""
+    """Each power's bound half-width (W): statistical, resolution and dating parts added.
+
+    Dating errors that differ from publication to publication put noise in the coverage itself,
+    which shrinks every fitted power towards zero by (A'A)^-1 S P, S holding for each phase the
+    summed variance of the publications under it (errors in the variables): that is added too.
+    """
     n, k = a.shape
     residual = e - a @ unconstrained
     inverse = np.linalg.inv(a.T @ a)
@@ -287,7 +292,17 @@ def _half_widths_w(
     for coverage in shifted:
         moved = np.linalg.lstsq(coverage, e, rcond=None)[0]
         dating_w = np.maximum(dating_w, np.abs(moved - unconstrained))
-    return t * np.sqrt(np.maximum(variance, 0.0)) + resolution_w + dating_w
+    attenuation_w = np.abs(inverse @ (edge_variance_s2 * powers_w))
+    return t * np.sqrt(np.maximum(variance, 0.0)) + resolution_w + dating_w + attenuation_w
+
+
+def _edge_variance_s2(group_at: np.ndarray, errors_s: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the summed variance of the dating errors of the publications under it, each
+    counted once per window it bounds, taking each error as uniform within its dating interval."""
+    bounds = np.full(len(group_at), 2.0)
+    bounds[[0, -1]] = 1.0
+    inside = group_at >= 0
+    return np.bincount(group_at[inside], weights=(bounds * errors_s ** 2 / 3)[inside], minlength=groups)
 
 
 def attribute_phases(
@@ -350,10 +365,9 @@ def attribute_phases(
         if merged is None:
             break
         groups = merged
-    real = np.ones(len(groups))
     if len(groups) > 1 and np.any(errors > 0):
         flat = groups
-        groups, real = _merge_noise_dominated(coverage, groups, line.phase_at(times), errors)
+        groups = _merge_noise_dominated(coverage, groups, line.phase_at(times), errors)
         for group in groups:
             if group not in flat:
                 for i in group:
@@ -376,13 +390,13 @@ def attribute_phases(
             shifted = [np.column_stack([c[:, g].sum(axis=1) for g in groups])
                        for c in (line.coverage(times + errors), line.coverage(times - errors))]
             per_cluster = max(1, math.ceil(2 * line.longest_s / max(float(np.median(np.diff(times))), 1e-12)))
-            half_w = _half_widths_w(a, e, free, per_cluster, confidence, resolution_j, shifted)
+            group_of = np.full(k + 1, -1)
+            for g, group in enumerate(groups):
+                group_of[group] = g
+            edge_s2 = _edge_variance_s2(group_of[line.phase_at(times)], errors, len(groups))
+            half_w = _half_widths_w(a, e, free, per_cluster, confidence, resolution_j, shifted, edge_s2, bounded)
         else:
             half_w = np.full(len(groups), math.inf)
-        windows_w = float(e.sum() / a.sum())
-        # Dating noise in the coverage shrinks a fitted power towards the mean by the real share of
-        # its variation: the truth lies (1 - real) / real of the distance further out at most.
-        half_w = half_w + (1 - real) / real * np.abs(free - windows_w) if len(groups) > 1 else half_w
         for g, group in enumerate(groups):
             power_low_w = max(min_power_w, float(free[g] - half_w[g]))
             power_high_w = min(max_power_w, float(free[g] + half_w[g]))

@@ -68,7 +68,7 @@ class _Design:
     per_cluster: int             # windows the fit's robust covariance takes together (as attribute_phases does)
     variance_w2: np.ndarray      # each power's variance from ``windows`` windows (it falls as 1/windows)
     dating_w: np.ndarray         # the change a common dating error makes over ``windows`` windows (falls as 1/sqrt)
-    resolution_w: np.ndarray     # the counter's resolution, pushed through the fit (does not fall)
+    fixed_w: np.ndarray          # the counter's resolution and the dating noise's attenuation (do not fall)
 
     def half_widths_w(self, windows: int, confidence: float) -> np.ndarray:
         """Each power's expected bound half-width from a region of ``windows`` windows (inf: too few)."""
@@ -78,7 +78,7 @@ class _Design:
             return np.full(k, math.inf)
         t = student_t_ppf(0.5 + confidence / 2, float(min(windows - k, clusters - 1)))
         scale = self.windows / windows
-        return t * np.sqrt(self.variance_w2 * scale) + self.dating_w * math.sqrt(scale) + self.resolution_w
+        return t * np.sqrt(self.variance_w2 * scale) + self.dating_w * math.sqrt(scale) + self.fixed_w
 
 
 def _design(phase_lengths_s: Mapping[str, float], phase_powers_w: Mapping[str, float], period_s: float,
@@ -139,8 +139,12 @@ def _design(phase_lengths_s: Mapping[str, float], phase_powers_w: Mapping[str, f
     pseudo = inverse @ a.T
     moved = line.coverage(boundaries + dating_error_s) @ power
     per_cluster = max(1, math.ceil(2 * max(lengths) / period_s))
+    # As attribute_phases bounds it: each window's two edges, dated within +-dating_error_s.
+    under = line.phase_at(boundaries)
+    edge_s2 = np.bincount(under[under >= 0], minlength=len(names)) * 2 * dating_error_s ** 2 / 3
+    attenuation_w = np.abs(inverse @ (edge_s2 * power))
     return _Design(tuple(names), np.array([n in phase_lengths_s for n in names]), power, len(a), per_cluster,
-                   variance, np.abs(pseudo @ moved - power), np.abs(pseudo).sum(axis=1) * resolution_j)
+                   variance, np.abs(pseudo @ moved - power), np.abs(pseudo).sum(axis=1) * resolution_j + attenuation_w)
 
 
 def expected_rel_bounds(
