@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from ..metrics import METRIC_FIELDS, METRICS
 from ..runs import LATEST
@@ -15,7 +16,7 @@ from ..runs.store import RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, check_confidence, check_thresholds
-from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED
+from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, Verdict
 
 #: The baseline and at most this many runs before it inform the estimate of noise between sessions.
 HISTORY_RUNS = 10
@@ -189,7 +190,7 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
     entry = new or old
     assert entry is not None
     if old is None or new is None:
-        status = NEW if old is None else MISSING
+        status: Literal["new", "missing"] = NEW if old is None else MISSING     # a status and the case's verdict
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
@@ -200,7 +201,7 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
                           _case_verdict(metrics), old, new, tuple(_case_notes(old, new)))
 
 
-def _case_verdict(metrics: Sequence[MetricChange]) -> str:
+def _case_verdict(metrics: Sequence[MetricChange]) -> Verdict:
     """The case's verdict from its gated metrics: regression, improvement, inconclusive, unchanged.
 
     A user who gates on ETS asks whether ETS moved: an ungated T or EDP that drifted between

@@ -7,18 +7,20 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 from ..metrics import METRIC_LABELS
 from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
 from .settings import DEFAULT_CONFIDENCE
 from .verdicts import (
     REGRESSION,
+    Verdict,
 )
 
-COMPARED = "compared"
-NEW = "new"
-MISSING = "missing"
+CaseStatus = Literal["compared", "new", "missing"]
+COMPARED: Final = "compared"
+NEW: Final = "new"
+MISSING: Final = "missing"
 
 WELCH = "welch-log-ratio"
 THRESHOLD_ONLY = "threshold-only"
@@ -36,7 +38,7 @@ class MetricChange:
     ci_high_pct: float | None      # one-sided upper bound at `confidence`
     confidence: float
     threshold_pct: float | None    # None: the metric is reported, not gated
-    verdict: str
+    verdict: Verdict
     reason: str
     old_n: int = 0
     new_n: int = 0
@@ -97,9 +99,9 @@ class CaseComparison:
     test: str
     cap: str
     gpu_name: str
-    status: str                    # "compared", "new" or "missing"
+    status: CaseStatus             # "compared", "new" or "missing"
     metrics: tuple[MetricChange, ...]
-    verdict: str                   # regression, improvement, inconclusive, unchanged, changed, new, missing
+    verdict: Verdict               # regression, improvement, inconclusive, unchanged, changed, new, missing
     old: CaseEntry | None = None
     new: CaseEntry | None = None
     notes: tuple[str, ...] = ()

@@ -32,15 +32,19 @@ a regression or an improvement is then inconclusive, never a verdict the meter c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal
 
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-INCONCLUSIVE = "inconclusive"   # cannot tell: the interval reaches beyond the threshold
-UNCHANGED = "unchanged"         # any change is within the threshold, at the stated confidence
-INCREASE = "increase"           # real, but the metric has no threshold: reported, not gated
-DECREASE = "decrease"
-UNDEFINED = "n/a"               # no ratio: a mean is zero or missing
-CHANGED = "changed"             # a case whose only real changes are in ungated metrics
+# A metric's verdict; a case's is its worst metric's, ``changed``, or the case's status (``new``, ``missing``).
+Verdict = Literal["regression", "improvement", "inconclusive", "unchanged", "increase", "decrease", "n/a", "changed",
+                  "new", "missing"]
+REGRESSION: Final = "regression"
+IMPROVEMENT: Final = "improvement"
+INCONCLUSIVE: Final = "inconclusive"   # cannot tell: the interval reaches beyond the threshold
+UNCHANGED: Final = "unchanged"         # any change is within the threshold, at the stated confidence
+INCREASE: Final = "increase"           # real, but the metric has no threshold: reported, not gated
+DECREASE: Final = "decrease"
+UNDEFINED: Final = "n/a"               # no ratio: a mean is zero or missing
+CHANGED: Final = "changed"             # a case whose only real changes are in ungated metrics
 # An ungated metric is reported as changed only from this size on: a run-to-run drift of a few
 # tenths of a per cent (machine load, clocks) can be statistically real and still mean nothing.
 UNGATED_MIN_CHANGE_PCT = 2.0
@@ -65,11 +69,12 @@ class Evidence:
         return self.low_pct is not None and self.high_pct is not None
 
 
-def classify(evidence: Evidence, threshold_pct: float | None) -> tuple[str, str]:
+def classify(evidence: Evidence, threshold_pct: float | None) -> tuple[Verdict, str]:
     """(verdict, why in words) for one metric; ``threshold_pct`` None: reported, not gated."""
     gated = threshold_pct is not None
     size = threshold_pct if threshold_pct is not None else UNGATED_MIN_CHANGE_PCT
-    up, down = (REGRESSION, IMPROVEMENT) if gated else (INCREASE, DECREASE)
+    up: Verdict = REGRESSION if gated else INCREASE
+    down: Verdict = IMPROVEMENT if gated else DECREASE
     tail = "" if gated else " (not gated: no threshold for this metric)"
     limit = f"the {size:g} % threshold" if gated else f"{size:g} %"
     below = f"-{size:g} %"
@@ -95,8 +100,8 @@ def classify(evidence: Evidence, threshold_pct: float | None) -> tuple[str, str]
     return verdict, why + tail
 
 
-def _by_size_alone(change: float, size: float, up: str, down: str, limit: str, below: str,
-                   tail: str) -> tuple[str, str]:
+def _by_size_alone(change: float, size: float, up: Verdict, down: Verdict, limit: str, below: str,
+                   tail: str) -> tuple[Verdict, str]:
     """No test (one repetition on a side): the size of the change alone decides."""
     if change > size:
         return up, f"above {limit}{tail}"
