@@ -497,6 +497,22 @@ def test_a_variable_set_to_nothing_hides_its_librarys_gpus_from_auto(env, hiding
     assert {library: hiding_variable(library, env) for library in ("nvml", "amdsmi")} == hiding
 
 
+def test_nvml_without_a_driver_is_a_one_line_error_and_auto_falls_back_to_the_simulator(monkeypatch, sim_state):
+    def no_driver() -> None:
+        raise pynvml.NVMLError_LibraryNotFound()
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_driver)
+    monkeypatch.setattr(amd, "open_amdsmi", lambda **_: "the amdsmi package is not installed")
+    with pytest.raises(BackendUnavailable, match=r"^--gpu-backend=nvml: NVML is not available \(NVML Shared Library "
+                                                 r"Not Found\); install the NVIDIA driver, or use --gpu-backend=sim"):
+        open_backend("nvml")
+    backend = open_backend("auto")
+    try:
+        assert isinstance(backend, SimulatedBackend) and backend.name == "sim"
+    finally:
+        backend.close()
+
+
 def test_without_the_amdsmi_package_no_amd_library_is_found(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "amdsmi", None)      # an import of it fails
     assert amd.open_amdsmi() == "the amdsmi package is not installed"
