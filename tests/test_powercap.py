@@ -309,3 +309,32 @@ def test_a_tree_that_outlives_a_tests_world_starts_its_counters_afresh_with_the_
     assert tree.read(tree.root / "intel-rapl:0" / "energy_uj") == fresh[0]
     sim.simSleepUntil(1.0)
     assert tree.exact_j("cpu") == pytest.approx(2 * tree.model.package_idle_w * 1.0)
+
+
+def test_on_the_hosts_clock_a_thread_polls_and_a_counter_gone_bad_stops_it_with_the_reason(tmp_path: Path) -> None:
+    import time
+
+    def put(path: Path, text: str) -> None:          # whole, as the kernel shows a counter: never half-written
+        (path.parent / "new").write_text(text)
+        os.replace(path.parent / "new", path)
+
+    root = server_tree(tmp_path / "powercap", range_uj=10_000_000)      # polled every 10 ms
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), time.monotonic)
+    try:
+        start = recorder.mark()
+        put(root / "intel-rapl:0" / "energy_uj", "9001000")
+        time.sleep(0.1)
+        put(root / "intel-rapl:0" / "energy_uj", "1000")         # wrapped: +1 J more
+        time.sleep(0.1)
+        assert recorder.is_alive() and len(recorder._polls) >= 5
+        [cpu] = recorder.figures(start, recorder.mark())
+        assert cpu.ets_j == pytest.approx(10.0)
+        put(root / "intel-rapl:2" / "energy_uj", "")
+        deadline = time.monotonic() + 5
+        while recorder.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not recorder.is_alive()
+        with pytest.raises(HostEnergyError, match="intel-rapl:2/energy_uj: not a powercap counter"):
+            recorder.mark()
+    finally:
+        recorder.stop()
