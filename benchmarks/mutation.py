@@ -46,8 +46,8 @@ GOAL = 0.90
 TEST_TIMEOUT_S = 120
 
 _METER = ["tests/test_integrate.py", "tests/test_meter.py"]
-# The knobs' own in-process tests (tests/test_capping.py, test_journal.py, test_clocks_knob.py,
-# test_clock_journal.py, found by name) and the enforced limits; test_faults.py and test_restore.py
+# The knobs' own in-process tests (tests/test_knob.py, test_capping.py, test_journal.py, test_clocks.py,
+# found by name, with test_clocks_knob.py and test_clock_journal.py) and the enforced limits; test_faults.py and test_restore.py
 # drive the knobs through killed processes, which run the unchanged code, and take minutes per mutant.
 _KNOBS = ["tests/test_caps_budgets.py", "tests/test_enforced_limits.py", "tests/test_capping.py"]
 _CLOCKS = ["tests/test_clocks.py"]
@@ -63,10 +63,10 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/meter/energy_meter.py": _METER,
     "pytest_gpuenergy/meter/results.py": _METER,
     "pytest_gpuenergy/meter/distributed.py": ["tests/test_meter.py"],
+    "pytest_gpuenergy/gpu/knob.py": ["tests/test_capping.py", "tests/test_clocks_knob.py"],
     "pytest_gpuenergy/gpu/capping.py": _KNOBS,
-    "pytest_gpuenergy/gpu/journal.py": _KNOBS,
+    "pytest_gpuenergy/gpu/journal.py": [*_KNOBS, "tests/test_clocks_knob.py", "tests/test_clock_journal.py"],
     "pytest_gpuenergy/gpu/clocks.py": _CLOCKS,
-    "pytest_gpuenergy/gpu/clock_journal.py": _CLOCKS,
     "pytest_gpuenergy/gate/budgets.py": _GATE,
     "pytest_gpuenergy/gate/budget_file.py": ["tests/test_existing_suite.py", *_GATE],
     "pytest_gpuenergy/gate/ci.py": _GATE,
