@@ -474,10 +474,10 @@ def test_an_entry_in_either_journal_means_a_repair_may_be_needed(sim_state, tmp_
     assert not may_need_repair(kind)
     (sim_state / sub / "GPU-abc.json").write_text("{}")
     assert may_need_repair(kind)
-    assert not may_need_repair("nvml")        # the simulator's journal is not the real GPUs'
+    assert not may_need_repair("nvml") and not may_need_repair("amdsmi")   # the simulator's journal is not the real GPUs'
 
 
-@pytest.mark.parametrize("kind", ["nvml", "auto"])
+@pytest.mark.parametrize("kind", ["nvml", "amdsmi", "auto"])
 def test_the_real_gpus_journal_is_looked_at_for_nvml(sim_state, tmp_path, monkeypatch, kind):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     folder = tmp_path / "xdg" / "pytest-gpuenergy" / "journal" / "clocks"

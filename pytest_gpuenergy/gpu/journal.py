@@ -366,7 +366,8 @@ def may_need_repair(backend_kind: str) -> bool:
     from ..fileio import user_state_dir
     from ..sim.state import default_state_dir
 
-    folders = {"nvml": [user_state_dir()], "sim": [default_state_dir()]}.get(backend_kind) or [user_state_dir(), default_state_dir()]
+    real = [user_state_dir()]
+    folders = {"nvml": real, "amdsmi": real, "sim": [default_state_dir()]}.get(backend_kind) or [*real, default_state_dir()]
     for folder in folders:
         for journal in (folder / "journal", *(folder / "journal" / sub for sub in _FOLDERS.values() if sub)):
             try:
