@@ -68,8 +68,9 @@ class SimDevice:
         self.identity = str(index)
         self._region_rng = random.Random(f"{owner.seed}/{index}/regions")
         self._set_phases(random.Random(self.uuid))
-        self.stuck_value_mj: int | None = None
-        self.last_counter_mj: int | None = None
+        # The counter as last read, in its library's counts (NVML: mJ; AMD SMI: 15.3 uJ): faults repeat or lower it.
+        self.stuck_counts: int | None = None
+        self.last_counts: int | None = None
         self._op_cache: dict[tuple[int, float, float], OperatingPoint] = {}
         self._drift_cache: dict[tuple[float, ...], float] = {}
         # On a virtual clock the counter starts from what earlier processes left on it, in whole
@@ -177,7 +178,7 @@ class SimDevice:
         self.last_cpu = self.owner.cpu_clock()
         self.pending_cpu_s = 0.0
         self.own_committed_mj = 0.0
-        self.last_counter_mj = None
+        self.last_counts = None
         self.reseed(test_id, slot)
 
     def reseed(self, test_id: str, slot: int) -> None:

@@ -212,11 +212,11 @@ class SimulatedMachine:
             state = device.state_file.update(lambda s: replace(s, counter_offset_mj=s.counter_offset_mj + published))
         value = max(int(device.board_energy_mj_at(tick, state) / quantum_mj), 0)
         if read and self.faults.active("counter_stuck", device.index, read):
-            device.stuck_value_mj = device.stuck_value_mj if device.stuck_value_mj is not None else value
-            value = device.stuck_value_mj
-        if read and self.faults.active("counter_backwards", device.index, read) and device.last_counter_mj is not None:
-            value = max(device.last_counter_mj - round(1000 / quantum_mj), 0)
-        device.last_counter_mj = value
+            device.stuck_counts = device.stuck_counts if device.stuck_counts is not None else value
+            value = device.stuck_counts
+        if read and self.faults.active("counter_backwards", device.index, read) and device.last_counts is not None:
+            value = max(device.last_counts - round(1000 / quantum_mj), 0)
+        device.last_counts = value
         return value, tick
 
     def set_limit(self, device: SimDevice, limit_mw: int) -> None:
