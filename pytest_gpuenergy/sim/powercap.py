@@ -117,6 +117,7 @@ class SimulatedPowercap:
     def counter_uj(self, domain: HostDomain, package: int) -> int:
         """What ``energy_uj`` shows now: the energy at the last publication, in whole units, wrapped."""
         now = self.simulator.clock.now()
+        self._busy_at(now)                    # a new world first moves the world's start
         published = self._world_start + math.floor((now - self._world_start) / UPDATE_S + 1e-9) * UPDATE_S
         energy_uj = self._start_uj[(domain, package)] + self._zone_j(domain, max(published, self._world_start)) * 1e6
         return int(math.floor(energy_uj / UNIT_UJ) * UNIT_UJ) % self.range_uj[domain]
