@@ -61,6 +61,16 @@ def test_gpu_cpu_and_dram_give_per_domain_figures_and_the_nodes_total_in_the_run
     result.stdout.fnmatch_lines(["*ETS per call by domain*", "*test_train* gpu * J, cpu * J, dram * J, node * J*"])
 
 
+@pytest.mark.slow
+def test_pytest_xdist_workers_hand_per_domain_to_the_controller(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=suite())
+    result = pytester.runpytest_subprocess("-n", "2", "--energy-domains=gpu,cpu,dram", "--energy-save")
+    result.assert_outcomes(passed=1)
+    [case] = saved_cases(pytester)
+    assert list(case["per_domain"]) == ["gpu", "cpu", "dram", "node"]
+    result.stdout.fnmatch_lines(["*test_train* gpu * J, cpu * J, dram * J, node * J*"])
+
+
 def test_the_figures_repeat_and_only_the_domains_asked_for_are_measured(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=suite())
     first = pytester.runpytest_subprocess("--energy-domains=gpu,cpu", "-s")
