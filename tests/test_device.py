@@ -546,3 +546,14 @@ def test_gpuenergy_info_gives_each_gpus_vendor_and_library(capsys):
     assert gpuenergy(["info", "--gpu-backend", "sim"]) == 0
     text = capsys.readouterr().out
     assert "AMD Instinct MI300X (simulated)" in text and "(amd, amdsmi)" in text and "(nvidia, nvml)" in text
+    assert "not measured" not in text and all(row["unmeasurable_reason"] is None for row in rows)
+
+
+@pytest.mark.sim_gpus("MI250X")
+def test_gpuenergy_info_says_which_gpu_measures_an_mi250xs_second_die(capsys):
+    assert gpuenergy(["info", "--gpu-backend", "sim"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == ("      not measured: it is the second die of an MI250X: AMD SMI reports the package's energy and "
+                         "power on its first die (the GPU listed just before it), whose figures cover both dies; select "
+                         "that one with --gpu-devices")
+    assert sum("not measured" in line for line in lines) == 1

@@ -72,6 +72,7 @@ def gpu_rows(backend: Backend) -> list[dict]:
             "enforced_limit_w": limits.enforced_mw / 1000,
             "simulated": gpu.simulated,
             "driver": backend.driver_versions.get(gpu.library, backend.driver_version),
+            "unmeasurable_reason": gpu.unmeasurable_reason(),   # null, or why the meter refuses it (MIG, a second die)
             **clock_fields(gpu),
         })
     return rows
@@ -94,6 +95,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"      limit {row['current_limit_w']:g} W (enforced {row['enforced_limit_w']:g} W), "
             f"default {row['default_limit_w']:g} W, range {row['min_limit_w']:g}-{row['max_limit_w']:g} W\n"
             f"      {clock_line(row)}"
+            + (f"\n      not measured: it {row['unmeasurable_reason']}" if row["unmeasurable_reason"] else "")
         )
     for entry in pending:
         print(f"journal: {entry.describe()} (repair with: gpuenergy restore)")
