@@ -298,6 +298,32 @@ def test_no_permission_to_set_a_limit_says_how_to_get_it_and_changes_nothing(bac
     assert limits_w(backend)[0] == 700.0 and journal.entries() == [] and lock_is_free(backend, h100)
 
 
+@pytest.mark.sim_gpus("MI300X")
+def test_no_permission_to_set_an_amd_gpus_limit_names_amd_smi_and_changes_nothing(backend, journal):
+    mi300x = backend.all_gpus[0]
+    backend.nvml.simArmFaults("no_permission")
+    with pytest.raises(CapPermissionError) as caught:
+        capper_of(backend, mi300x).apply(parse_cap("300"))
+    assert str(caught.value).startswith(
+        "not allowed to set the power limit of GPU 0 (AMD Instinct MI300X (simulated)): AMD SMI needs root for that "
+        "(it writes the amdgpu driver's power1_cap). Run pytest with the right privileges")
+    backend.nvml.simArmFaults("")
+    assert mi300x.current_limit_mw() == 750_000 and journal.entries() == [] and lock_is_free(backend, mi300x)
+
+
+@pytest.mark.sim_gpus("MI300X")
+def test_an_amd_gpu_is_capped_journaled_with_its_vendor_and_restored_exactly(backend, journal):
+    mi300x = backend.all_gpus[0]
+    mi300x.set_limit_mw(600_000)
+    with capper_of(backend, mi300x) as capper:
+        cap = capper.apply(parse_cap("60%"))
+        assert (cap.requested_w, cap.enforced_w, cap.previous_w) == (450.0, 450.0, 600.0)
+        [entry] = journal.entries()
+        assert (entry.vendor, entry.saved, entry.applied) == ("amd", 600_000, 450_000)
+        assert entry.fix_command(mi300x).startswith("rm ")          # simulated: its state file
+    assert mi300x.current_limit_mw() == 600_000 and journal.entries() == []
+
+
 def test_a_set_that_keeps_failing_is_an_error_with_the_watts_asked(backend, h100, journal):
     backend.nvml.simArmFaults("set_error")
     with pytest.raises(LimitChangeError) as caught:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CapOutOfRange, CapPermissionError, DeviceError, DevicePermissionError, GpuLostError, LimitChangeError
-from .device import Backend, Gpu, PowerLimits, retry_transient
+from .device import LIBRARY_LABELS, Backend, Gpu, PowerLimits, retry_transient
 from .journal import Journal, JournalEntry, Legacy, journal_for, whole_number
 from .knob import Setter, restore_after_failure
 from .specs import CapSpec
@@ -127,7 +127,10 @@ class PowerLimitKnob:
 
 
 POWER_LIMIT = PowerLimitKnob()
-_LIBRARIES = {"nvml": "NVML", "amdsmi": "AMD SMI"}
+# Why a limit needs privileges, per library: NVML's call needs CAP_SYS_ADMIN; AMD SMI writes the
+# amdgpu driver's power1_cap in sysfs, which only root may write.
+_NEEDS_ROOT = {"nvml": f"{LIBRARY_LABELS['nvml']} needs root (CAP_SYS_ADMIN) for that",
+               "amdsmi": f"{LIBRARY_LABELS['amdsmi']} needs root for that (it writes the amdgpu driver's power1_cap)"}
 _MAX_LIMIT_MW = 100_000_000     # 100 kW: no GPU's limit; a larger value is damage
 LEGACY_POWER = Legacy[int]("gpuenergy-limit-journal", "limit", lambda data: (
     whole_number(data.get("previous_limit_mw"), "previous_limit_mw", 1, _MAX_LIMIT_MW),
@@ -187,9 +190,8 @@ class PowerCapper(Setter[int]):
             enforced = retry_transient(lambda: gpu.set_limit_mw(target_mw), gpu.retry_backoff_s)
         except DevicePermissionError:
             raise CapPermissionError(
-                f"not allowed to set the power limit of {gpu.label}: {_LIBRARIES[gpu.library]} needs root (CAP_SYS_ADMIN) for "
-                f"that. Run pytest with the right privileges (e.g. `sudo -E pytest ...`), or drop "
-                f"--gpu-caps to measure at the current limit"
+                f"not allowed to set the power limit of {gpu.label}: {_NEEDS_ROOT[gpu.library]}. Run pytest with the "
+                f"right privileges (e.g. `sudo -E pytest ...`), or drop --gpu-caps to measure at the current limit"
             ) from None
         except GpuLostError:
             raise gpu.lost_error("setting its limit") from None
