@@ -300,6 +300,12 @@ class Backend:
     def declare_work(self, work: Any) -> None:
         """One step of declared GPU work was launched (a real GPU does the work itself)."""
 
+    def queue_time(self) -> float:
+        """The moment (on :attr:`clock`) the GPUs in use will reach this point of their queued work:
+        what a phase mark records, without waiting for the GPU. On a real GPU that is a CUDA event's
+        time, read after the region; not done yet: the host's clock now (launches run ahead of it)."""
+        return self.clock()
+
     def sim_settings(self) -> dict[str, Any] | None:
         """The simulator's clock, seed and noise (what makes its figures repeat); None on real GPUs."""
         return None
@@ -384,6 +390,9 @@ class SimulatedBackend(Backend):
 
     def declare_work(self, work: Any) -> None:
         self.nvml.simDeclareWork(work)
+
+    def queue_time(self) -> float:
+        return float(self.nvml.simQueuedUntil())
 
     def sim_settings(self) -> dict[str, Any] | None:
         return dict(self.nvml.simSettings())

@@ -14,20 +14,22 @@ into a failed test, and the pytest plugin sums the notes up at the end of the se
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, cast
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from ..host.recorder import HostFigure, HostRecorder
+from .attribution import OTHER
 from .defaults import DEFAULT_MIN_TIME_S
 from .domains import per_domain
 from .integrate import RegionEnergy
 from .lattice import Lattice
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
-from .results import BackendName, EnergyResult, GpuResult, PowerSource, Repetition
+from .results import BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
 
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
@@ -80,6 +82,10 @@ class EnergyMeter:
         self.last_region: tuple[float, float] | None = None
         self.last_thread_cpu_s: float | None = None   # CPU the recorders used during that region
         self._open_region: Region | None = None
+        self._marking: Region | None = None       # the region phase marks go to (a block's, or measure()'s)
+        self._warming = False                     # measure()'s warm-up calls: their marks are not kept
+        self._open_phase: str | None = None
+        self.last_marks: tuple[tuple[str, float, float], ...] = ()   # the last region's phases (name, start_s, end_s)
         self.one_call_s = math.nan          # measure(): the latest estimate of one call's duration
         # torch.distributed (``distributed.RankGroup``): found when a region starts, since a test may
         # initialise its process group after the fixture made the meter; None measures this process alone.
@@ -117,15 +123,46 @@ class EnergyMeter:
             )
         return self._results[-1].resolve()
 
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Mark a phase of the measured region: ``with energy_meter.phase("forward"):``.
+
+        Inside ``with energy_meter:`` or the function given to ``measure()`` (its warm-up calls'
+        marks are not kept). The region's ETS is then split among the phases, the unmarked rest
+        being ``other`` (``result.phases``; ``docs/explanation/phases.md``). A mark costs a list
+        append and no wait: its moments are when the GPU reaches that point of its queued work
+        (``Backend.queue_time``: exact on the simulator; on a real GPU the host's clock for now,
+        since CUDA events at the marks are not done yet). Phases neither nest nor overlap.
+        """
+        if not isinstance(name, str) or not name.strip() or name == OTHER:
+            raise MeasurementError(f"energy_meter.phase({name!r}): name the phase with a non-empty string other than "
+                                   f"{OTHER!r} (the unmarked rest of a region is {OTHER!r})")
+        region = self._marking
+        if region is None and not self._warming:
+            raise MeasurementError(f"energy_meter.phase({name!r}) outside a measured region: put it inside "
+                                   f"`with energy_meter:` or in the function given to energy_meter.measure()")
+        if self._open_phase is not None:
+            raise MeasurementError(f"energy_meter.phase({name!r}) inside phase {self._open_phase!r}: phases cannot "
+                                   f"nest or overlap; end {self._open_phase!r} before starting {name!r}")
+        self._open_phase = name
+        start_s = self.backend.queue_time()
+        try:
+            yield
+        finally:
+            self._open_phase = None
+        if region is not None:
+            region.marks.append((name, start_s, self.backend.queue_time()))
+
     def __enter__(self) -> EnergyMeter:
         if self._open_region is not None:
             raise MeasurementError("energy_meter regions cannot be nested")
         self._group = self.rank_group()
-        self._open_region = self._start_region(align=False)
+        self._open_region = self._marking = self._start_region(align=False)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         region, self._open_region = self._open_region, None
+        self._marking = None
         if region is None:
             return
         if exc_type is not None:
@@ -147,8 +184,8 @@ class EnergyMeter:
             notes = [n for r in readings for n in r.notes]
             if any(r.coarse for r in readings):
                 notes.append(_coarse_note(region, readings))    # a note, not a warning: see the module docstring
-            return self._result_of(region, [[_per_call(r, region.duration, 1)] for r in readings], notes,
-                                   [(region.host_figures(), 1)])
+            per_gpu = [[_per_call(r, region.duration, 1, p)] for r, p in zip(readings, _phases_of(region))]
+            return self._result_of(region, per_gpu, notes, [(region.host_figures(), 1)])
 
         pending = PendingResult(block_result)
         if self._group is not None:
@@ -185,13 +222,15 @@ class EnergyMeter:
         resized = 0
         try:
             while len(finished) < repeat:
-                region = self._start_region(align=True, calls=calls)
+                region = self._marking = self._start_region(align=True, calls=calls)
                 try:
                     done = self._fill(region, fn, args, kwargs, region.planned_calls or 1,
                                       target_s / 2 if calls else target_s)
                 except BaseException:
                     region.release()
                     raise
+                finally:
+                    self._marking = None
                 region.end()
                 region.calls = done
                 self.one_call_s = region.duration / done
@@ -209,8 +248,8 @@ class EnergyMeter:
         per_gpu: list[list[Repetition]] = [[] for _ in self.gpus]
         notes: set[str] = set()
         for region in finished:
-            for slot, reading in zip(per_gpu, region.readings):
-                slot.append(_per_call(reading, region.duration, region.calls))
+            for slot, reading, phases in zip(per_gpu, region.readings, _phases_of(region)):
+                slot.append(_per_call(reading, region.duration, region.calls, phases))
                 notes.update(reading.notes)
         self._note_region(finished[-1])
         result = self._result_of(finished[-1], per_gpu, sorted(notes), [(r.host_figures(), r.calls) for r in finished])
@@ -220,6 +259,13 @@ class EnergyMeter:
     # -- internals ------------------------------------------------------------------------------
     def _warm_up(self, fn: Callable[..., Any], args: tuple, kwargs: dict, warmup: int, target_s: float) -> int | None:
         """Run the untimed calls; the last one, timed, sizes the regions (None without warm-up)."""
+        self._warming = True
+        try:
+            return self._timed_warm_up(fn, args, kwargs, warmup, target_s)
+        finally:
+            self._warming = False
+
+    def _timed_warm_up(self, fn: Callable[..., Any], args: tuple, kwargs: dict, warmup: int, target_s: float) -> int | None:
         calls = None
         clock = self.backend.clock
         for _ in range(warmup):
@@ -356,6 +402,7 @@ class EnergyMeter:
 
     def _note_region(self, region: Region) -> None:
         self.last_region = (region.t0, region.t1)
+        self.last_marks = tuple(region.marks)
         self.last_thread_cpu_s = region.thread_cpu_s
 
     def _add(self, pending: PendingResult) -> None:
@@ -416,8 +463,15 @@ def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: 
     return best[1], best[2]
 
 
-def _per_call(reading: RegionEnergy, duration_s: float, calls: int) -> Repetition:
-    return Repetition.of_region(reading.ets_j, reading.low_j, reading.high_j, reading.peak_power_w, duration_s, calls)
+def _per_call(reading: RegionEnergy, duration_s: float, calls: int,
+              phases: dict[str, PhaseFigures] | None = None) -> Repetition:
+    return Repetition.of_region(reading.ets_j, reading.low_j, reading.high_j, reading.peak_power_w, duration_s, calls,
+                                phases)
+
+
+def _phases_of(region: Region) -> list[dict[str, PhaseFigures] | None]:
+    """Per GPU, the region's phases (None where it had no marks), once the region is resolved."""
+    return region.phases or [None] * len(region.readings)
 
 
 def _coarse_note(region: Region, readings: Sequence[RegionEnergy]) -> str:

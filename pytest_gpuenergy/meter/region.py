@@ -19,10 +19,11 @@ from typing import Any
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from ..host.recorder import HostFigure, HostRecorder
+from .attribution import attribute_phases, publication_arrays
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
 from .lattice import Lattice
 from .recorder import COUNTER, Recorder
-from .results import EnergyResult
+from .results import EnergyResult, PhaseFigures
 
 WAIT_PERIODS = 6                 # how many publication periods to wait for the ones after a region
 CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
@@ -76,6 +77,10 @@ class Region:
         self.work_source: str | None = None
         self.thread_cpu_s = math.nan
         self.readings: list[RegionEnergy] = []
+        # energy_meter.phase(): (name, start_s, end_s) on the GPU's queue (``Backend.queue_time``), and
+        # per GPU the phases attributed from its publications once the region is resolved
+        self.marks: list[tuple[str, float, float]] = []
+        self.phases: list[dict[str, PhaseFigures] | None] = []
         self.released = False
 
     @property
@@ -121,11 +126,39 @@ class Region:
             if reading is None:
                 return None
             readings.append(self._noted(reading, recorder, pids))
+        if first_error is None:
+            self.phases = [self._phases_of(recorder, reading) for recorder, reading in zip(self.recorders, readings)]
         self.release()
         if first_error is not None:
             raise first_error
         self.readings = readings
         return readings
+
+    def _phases_of(self, recorder: Recorder, reading: RegionEnergy) -> dict[str, PhaseFigures] | None:
+        """The region's ETS on one GPU split among its phase marks (``attribution``), per call; None
+        without marks. A split that cannot be made is a note: the region's own figure stands."""
+        if not self.marks:
+            return None
+        if recorder.method != COUNTER:
+            reading.notes.append(f"phases: {recorder.gpu.label} has no energy counter (its power is sampled), and "
+                                 f"phases are fitted from the counter's windows: no phase figures")
+            return None
+        reads, lattice = recorder.snapshot(self.t0 - 3 * recorder.period_s - 0.05, math.inf)
+        period_s = lattice.period_s if lattice is not None else recorder.period_s
+        times_s, energies_j, errors_s = publication_arrays(publications(reads, lattice, repeats=False, period_s=period_s))
+        try:
+            found = attribute_phases(times_s, energies_j, self.marks, t0_s=self.t0, t1_s=self.t1, ets_j=reading.ets_j,
+                                     ets_low_j=reading.low_j, ets_high_j=reading.high_j, calls=self.calls,
+                                     max_power_w=CEILING_FACTOR * recorder.max_limit_w, dating_error_s=errors_s,
+                                     resolution_j=max(recorder.gpu.energy_resolution_mj, 1.0) / 1000.0)   # read in whole mJ
+        except MeasurementError as exc:
+            reading.notes.append(f"phases: no phase figures for {recorder.gpu.label}: {exc}")
+            return None
+        reading.notes.extend(f"phases: {note}" for note in found.notes)
+        return {p.name: PhaseFigures(ets_j=p.ets_j, ets_low_j=p.ets_low_j, ets_high_j=p.ets_high_j, time_s=p.time_s,
+                                     power_w=p.power_w, time_share=p.time_share, energy_share=p.energy_share,
+                                     distinguishable=p.told_apart, why_not=p.why_not)
+                for p in found.phases}
 
     def _noted(self, reading: RegionEnergy, recorder: Recorder, pids: set[int]) -> RegionEnergy:
         if self.work_source == "cpu-time":

@@ -28,6 +28,64 @@ COARSE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
+class PhaseFigures:
+    """One phase's figures in one measurement, per call as the region's are (``energy_meter.phase``).
+
+    ``ets_low_j``/``ets_high_j`` bound the phase's true ETS (a statistical bound, at the fit's
+    confidence: ``docs/explanation/phases.md``); ``distinguishable`` is False where the counter's
+    windows could not tell the phase from others (``why_not`` says why; the bound then spans
+    every split the data allow). Shares are of the region's time and of its ETS.
+    """
+
+    ets_j: float
+    ets_low_j: float
+    ets_high_j: float
+    time_s: float
+    power_w: float
+    time_share: float
+    energy_share: float
+    distinguishable: bool
+    why_not: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ets_j": finite_or_none(self.ets_j), "ets_low_j": finite_or_none(self.ets_low_j),
+                "ets_high_j": finite_or_none(self.ets_high_j), "time_s": finite_or_none(self.time_s),
+                "power_w": finite_or_none(self.power_w), "time_share": finite_or_none(self.time_share),
+                "energy_share": finite_or_none(self.energy_share), "distinguishable": self.distinguishable,
+                **({"why_not": self.why_not} if self.why_not else {})}
+
+
+Phases = Mapping[str, PhaseFigures]    # by phase name, in the order they first appear, "other" last
+
+
+def combine_phases(parts: Sequence[Phases | None], *, mean: bool) -> dict[str, PhaseFigures] | None:
+    """Several measurements' phases as one: ``mean`` over repetitions (figures per call), else the sum
+    over GPUs measured together (the same time, energies added). None where any part has none."""
+    if not parts or any(p is None for p in parts):
+        return None
+    known = [p for p in parts if p is not None]
+    names = list(dict.fromkeys(name for p in known for name in p))
+    if any(set(p) != set(names) for p in known):
+        return None             # different phases in different regions: no one figure
+    scale = 1 / len(known) if mean else 1.0
+    figures = {}
+    for name in names:
+        each = [p[name] for p in known]
+        time_s = statistics.fmean(f.time_s for f in each)
+        figures[name] = (sum(f.ets_j for f in each) * scale, sum(f.ets_low_j for f in each) * scale,
+                         sum(f.ets_high_j for f in each) * scale, time_s, all(f.distinguishable for f in each),
+                         next((f.why_not for f in each if f.why_not), ""))
+    total_j = sum(f[0] for f in figures.values())
+    total_s = sum(f[3] for f in figures.values())
+    return {name: PhaseFigures(ets_j=ets, ets_low_j=low, ets_high_j=high, time_s=time_s,
+                               power_w=ets / time_s if time_s > 0 else math.nan,
+                               time_share=time_s / total_s if total_s > 0 else math.nan,
+                               energy_share=ets / total_j if total_j > 0 else math.nan,
+                               distinguishable=told, why_not=why)
+            for name, (ets, low, high, time_s, told, why) in figures.items()}
+
+
+@dataclass(frozen=True)
 class Repetition:
     """One measured repetition, per call of the measured function."""
 
@@ -39,6 +97,8 @@ class Repetition:
     # The bound that holds the true ETS (per call); None in documents saved before bounds existed.
     ets_low_j: float | None = None
     ets_high_j: float | None = None
+    # energy_meter.phase(): the region's phases (per call); None where the region had no marks
+    phases: Phases | None = field(default=None, hash=False, compare=False)
 
     @property
     def edp_js(self) -> float:
@@ -54,15 +114,16 @@ class Repetition:
             "calls": self.calls,
             "ets_low_j": finite_or_none(self.ets_low_j),
             "ets_high_j": finite_or_none(self.ets_high_j),
+            **({"phases": {name: f.to_json() for name, f in self.phases.items()}} if self.phases else {}),
         }
 
     @classmethod
     def of_region(cls, ets_j: float, low_j: float, high_j: float, peak_power_w: float, duration_s: float,
-                  calls: int) -> Repetition:
+                  calls: int, phases: Phases | None = None) -> Repetition:
         """A region's figures (its energy, bound and length) per call of the measured function."""
         return cls(ets_j=ets_j / calls, time_s=duration_s / calls,
                    mean_power_w=ets_j / duration_s if duration_s > 0 else math.nan, peak_power_w=peak_power_w,
-                   calls=calls, ets_low_j=low_j / calls, ets_high_j=high_j / calls)
+                   calls=calls, ets_low_j=low_j / calls, ets_high_j=high_j / calls, phases=phases)
 
 
 @dataclass(frozen=True)
@@ -213,6 +274,12 @@ class GpuResult(_SummaryFigures):
     def summary(self) -> Summary:
         return Summary.of(self.repetitions)
 
+    @property
+    def phases(self) -> dict[str, PhaseFigures] | None:
+        """``energy_meter.phase()``: each phase's figures per call, the mean over the repetitions
+        (None where the regions had no phase marks)."""
+        return combine_phases([r.phases for r in self.repetitions], mean=True)
+
     def samples(self, field_name: str) -> list[float]:
         """Per-repetition values of ``ets_j``, ``time_s`` or ``edp_js``."""
         return [float(getattr(rep, field_name)) for rep in self.repetitions]
@@ -240,6 +307,8 @@ class GpuResult(_SummaryFigures):
             **clock,
             "host": self.host,
             "rank": self.rank,
+            # for readers of the file, as ``summary``: the data are the repetitions' phases
+            **({"phases": {name: f.to_json() for name, f in phases.items()}} if (phases := self.phases) else {}),
         }
 
 
@@ -292,6 +361,12 @@ class EnergyResult(_SummaryFigures):
     @cached_property
     def summary(self) -> Summary:
         return Summary.of(self.repetitions)
+
+    @property
+    def phases(self) -> dict[str, PhaseFigures] | None:
+        """``energy_meter.phase()``: each phase's ETS per call with its bound, time, power and shares,
+        over the GPUs together (their energies added); None where the region had no phase marks."""
+        return combine_phases([g.phases for g in self.per_gpu], mean=False)
 
     @property
     def method(self) -> str:

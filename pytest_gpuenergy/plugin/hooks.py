@@ -547,6 +547,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if session.options.top and session.cases:
         cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items()) if record.outcome == PASSED]
         lines += [""] + top_lines(cases, session.session_total(), session.options.top, width)
+    if session.options.phases and session.cases:
+        from ..reports.phases import phase_lines
+
+        lines += [""] + phase_lines([(case_id, record.merged) for case_id, record in sorted(session.cases.items())], width)
     for text in outcome.lines if outcome is not None else []:
         lines += wrap(text, width)
     for line in lines:

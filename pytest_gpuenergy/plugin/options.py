@@ -44,6 +44,7 @@ class SessionOptions:
     domains: tuple[Domain, ...] = ("gpu",)   # --energy-domains: gpu, and the host's cpu and dram
     every_test: bool = False            # --energy-all
     top: int | None = None              # --energy-top
+    phases: bool = False                # --energy-phases
     budgets_file: Path | None = None    # --energy-budgets
 
 
@@ -85,6 +86,9 @@ OPTIONS = (
            "regions); with --gpu-caps every test runs once per cap"),
     Option("--energy-top", "int", "list the N tests that used the most energy, and the session's total GPU energy",
            {"metavar": "N"}),
+    Option("--energy-phases", "bool",
+           "print each test's energy per phase (regions with `with energy_meter.phase(name):` marks): ETS per call "
+           "with its bound, time, power, shares of time and energy"),
     Option("--energy-budgets", "text",
            "a TOML file of energy budgets per test, GPU model and cap (write one with `gpuenergy budgets`); "
            "a test's energy_budget marker wins over it", {"metavar": "FILE"}),
@@ -194,6 +198,7 @@ def parse_settings(config: pytest.Config) -> SessionOptions:
         lock_timeout_s=_number_setting(config, "energy_lock_timeout", float, DEFAULT_TIMEOUT_S, minimum=0.0, maximum=1e7),
         every_test=bool(setting(config, "energy_all")),
         top=_number_setting(config, "energy_top", int, None, minimum=1, maximum=1_000_000),
+        phases=bool(setting(config, "energy_phases")),
         budgets_file=_path_setting(config, "energy_budgets"),
         domains=_domains_setting(config),
     )

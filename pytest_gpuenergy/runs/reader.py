@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from ..errors import JsonInputError, StorageError
-from ..meter.results import BACKENDS, DOMAINS, METHODS, POWER_SOURCES, Domain, DomainEnergy, Repetition
+from ..meter.results import BACKENDS, DOMAINS, METHODS, POWER_SOURCES, Domain, DomainEnergy, PhaseFigures, Repetition
 from . import OUTCOMES, PASSED
 from .ids import node_id_of
 from .records import FORMAT, VERSION, CaseEntry, RunDocument, as_utc, nan_if_none
@@ -177,7 +177,34 @@ class DocumentReader:
             calls=calls,
             ets_low_j=low,
             ets_high_j=high,
+            phases=self.phases(data, where),
         )
+
+    def phases(self, data: dict, where: str) -> dict[str, PhaseFigures] | None:
+        """A repetition's ``phases`` (absent: the region had no phase marks): each figure within its bound."""
+        found = data.get("phases")
+        if found is None:
+            return None
+        if not isinstance(found, dict) or not found:
+            raise self.fail(f"{where}.phases", "must be a non-empty object (or absent)")
+        phases = {}
+        for name, figure in found.items():
+            at = f"{where}.phases.{name}"
+            if not isinstance(figure, dict):
+                raise self.fail(at, "must be an object")
+            ets_j, low, high, time_s = (self.number(figure, key, at) for key in ("ets_j", "ets_low_j", "ets_high_j", "time_s"))
+            if not low <= ets_j <= high:
+                raise self.fail(at, f"ets_low_j <= ets_j <= ets_high_j must hold, got {low!r} <= {ets_j!r} <= {high!r}")
+            why_not = figure.get("why_not", "")
+            if not isinstance(why_not, str):
+                raise self.fail(f"{at}.why_not", f"must be a string or absent, got {shown(why_not)}")
+            phases[str(name)] = PhaseFigures(
+                ets_j=ets_j, ets_low_j=low, ets_high_j=high, time_s=time_s,
+                power_w=nan_if_none(self.number(figure, "power_w", at, optional=True)),
+                time_share=nan_if_none(self.number(figure, "time_share", at, optional=True)),
+                energy_share=nan_if_none(self.number(figure, "energy_share", at, optional=True)),
+                distinguishable=self.flag(figure, "distinguishable", at), why_not=why_not)
+        return phases
 
     # -- typed fields ----------------------------------------------------------------------
     def text(self, data: dict, key: str, where: str) -> str:

@@ -38,14 +38,19 @@ example is ``docs/run-format.md``)::
           "method": "counter" | "sampling", "power_source": null | "instant" | "usage",
           "limit_requested_w": 150.0 | null, "limit_enforced_w": 150.0, "default_limit_w": 700.0,
           "repetitions": [{"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
-                           "calls", "ets_low_j", "ets_high_j"}],   # per call; the bound holds the true ETS
-                                                                    # (absent in version 1)
+                           "calls", "ets_low_j", "ets_high_j",     # per call; the bound holds the true ETS
+                           "phases"?}],                             # (absent in version 1); phases: see below
           "summary": {"n", "ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
                       "ets_std_j", "ets_cv", "ets_min_j", "ets_max_j"},
           "notes": ["..."],
           "outcome": "passed"             # how the test ended: passed, failed, error, skipped, xfailed,
       }]                                  # xpassed; only passed cases are baselines (absent before version 3: passed)
     }
+
+``phases`` (optional, in a repetition and, as the mean over them, in the case): regions with phase
+marks (``energy_meter.phase``), each phase by name (``other``: the unmarked rest) with ``ets_j``,
+``ets_low_j``, ``ets_high_j``, ``time_s``, ``power_w``, ``time_share``, ``energy_share``,
+``distinguishable`` (and ``why_not`` where false), per call.
 
 Units are in the names (J, s, J s, W). Numbers that are undefined (a mean power over a zero
 duration) are written as ``null``. ``summary`` is written for readers of the file; on loading

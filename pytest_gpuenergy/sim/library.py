@@ -149,6 +149,11 @@ class SimulatedLibrary:
         self._require_init()
         self.machine.simDeclareWork(work)
 
+    def simQueuedUntil(self) -> float:
+        """When the GPUs in use will have run the work queued so far (no wait; see ``machine``)."""
+        self._require_init()
+        return self.machine.simQueuedUntil()
+
     def simCountCpuWork(self, counting: bool) -> None:
         """Whether the process's CPU time stands for GPU work from now on (where none is declared)."""
         self.machine.simCountCpuWork(counting)

@@ -315,6 +315,15 @@ class SimulatedMachine:
                 if device.index in self.active:
                     device.declare(work)
 
+    def simQueuedUntil(self) -> float:
+        """When the GPUs this process uses will have run the work queued so far (now, if they are idle):
+        the time a CUDA event recorded now would carry. Neither waits nor moves the clock."""
+        with self.lock:
+            for device in self.devices:
+                device.advance()
+                device.flush()
+            return max([self.clock.now()] + [d.timeline.end for d in self.devices if d.index in self.active])
+
     def simCountCpuWork(self, counting: bool) -> None:
         """Whether the process's CPU time stands for GPU work from now on (where none is declared).
 
