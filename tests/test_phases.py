@@ -114,6 +114,21 @@ def test_each_phase_is_within_10_percent_of_the_truth_inside_its_bound_and_they_
         assert entry.phases["update"].ets_j == pytest.approx(cases[scale]["phases"]["update"]["ets_j"], rel=1e-12)
 
 
+@pytest.mark.slow
+def test_pytest_xdist_workers_hand_the_phases_to_the_controller(pytester: pytest.Pytester) -> None:
+    """The controller prints and saves what the workers measured: the phases travel in the cases."""
+    pytester.makepyfile(test_train=TRAINING_STEP)
+    result = pytester.runpytest_subprocess("-n", "2", "--energy-phases", "--energy-save")
+    result.assert_outcomes(passed=2)
+    for case in ("base", "heavier"):
+        result.stdout.fnmatch_lines([f"*test_train?{case}? [[]current[]] (sim): ETS * J per call",
+                                     "*phase * ETS * bound * T * P * time * energy", "*", "*forward *J *J-*J *",
+                                     "*backward *", "*update *", "*other *"])
+    [path] = (pytester.path / ".energy").rglob("*.json")
+    cases = json.loads(path.read_text())["cases"]
+    assert [list(case["phases"]) for case in cases] == [["forward", "backward", "update", "other"]] * 2
+
+
 MISUSE = textwrap.dedent("""
     import json
 
