@@ -211,3 +211,55 @@ def test_old_documents_without_per_domain_still_load(tmp_path: Path) -> None:
     data = _document(None)
     del data["cases"][0]["per_domain"]
     assert RunDocument.from_json(data, "run.json").cases[0].per_domain == {}
+
+
+# -- the gate by domain: --energy-fail=node.ets:5% -------------------------------------------------
+
+def heavier_suite(scale: float) -> str:
+    work = json.loads(WORK)
+    work["flops_tf32"] *= scale
+    return suite().replace(WORK, json.dumps(work))
+
+
+def test_the_gate_fails_a_node_regression_and_names_the_domain(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=heavier_suite(1.0))
+    pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
+    pytester.makepyfile(test_work=heavier_suite(1.6))
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-compare",
+                                           "--energy-fail=node.ets:5%", "--energy-json=cmp.json")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*ENERGY REGRESSION*test_train*node ETS +*"])
+    [case] = json.loads((pytester.path / "cmp.json").read_text())["comparisons"][0]["cases"]
+    node = case["metrics"]["node.ets"]
+    assert node["verdict"] == "regression" and node["threshold_pct"] == 5.0 and node["change_pct"] > 5.0
+    assert case["metrics"]["ets"]["threshold_pct"] is None          # only the node was gated
+    assert "cpu.ets" not in case["metrics"]                          # a domain no threshold names is not compared
+
+
+def test_an_unchanged_node_passes_and_a_baseline_without_domains_is_said(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=heavier_suite(1.0))
+    pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
+    same = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-compare",
+                                         "--energy-fail=node.ets:5%,dram.ets:5%", "--energy-json=same.json")
+    assert same.ret == 0
+    [case] = json.loads((pytester.path / "same.json").read_text())["comparisons"][0]["cases"]
+    assert case["metrics"]["node.ets"]["verdict"] in ("unchanged", "inconclusive")
+    assert case["metrics"]["dram.ets"]["verdict"] in ("unchanged", "inconclusive")
+    blind = pytester.runpytest_subprocess("--energy-compare", "--energy-fail=node.ets:5%", "--energy-json=blind.json")
+    assert blind.ret == 0
+    [case] = json.loads((pytester.path / "blind.json").read_text())["comparisons"][0]["cases"]
+    assert "node.ets" not in case["metrics"]
+    assert any("node.ets not compared: this run did not measure node" in note for note in case["notes"])
+
+
+@pytest.mark.parametrize(("text", "expected"), [("node.ets:5%", {"node.ets": 5.0}),
+                                                ("ets:5%,cpu.ets:10%", {"ets": 5.0, "cpu.ets": 10.0})])
+def test_a_domains_threshold_is_read_from_energy_fail(text: str, expected: dict) -> None:
+    from pytest_gpuenergy.gate.settings import parse_thresholds
+    assert parse_thresholds(text) == expected
+
+
+def test_an_unknown_domain_threshold_names_the_ones_there_are() -> None:
+    from pytest_gpuenergy.gate.settings import parse_thresholds
+    with pytest.raises(ValueError, match=r"unknown metric 'gpu.ets'.*node\.ets"):
+        parse_thresholds("gpu.ets:5%")

@@ -15,7 +15,7 @@ from ..runs.shards import case_baseline
 from ..runs.store import RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
-from .settings import DEFAULT_CONFIDENCE, check_confidence, check_thresholds
+from .settings import DEFAULT_CONFIDENCE, DOMAIN_METRICS, check_confidence, check_thresholds
 from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, Verdict
 
 #: The baseline and at most this many runs before it inform the estimate of noise between sessions.
@@ -197,8 +197,37 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
                SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]), both_bounds(old, new, m))
         for m in METRICS
     )
+    domains, domain_notes = _domain_changes(old, new, thresholds, confidence)
+    metrics += domains
     return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,
-                          _case_verdict(metrics), old, new, tuple(_case_notes(old, new)))
+                          _case_verdict(metrics), old, new, (*_case_notes(old, new), *domain_notes))
+
+
+def _domain_changes(old: CaseEntry, new: CaseEntry, thresholds: Mapping[str, float],
+                    confidence: float) -> tuple[tuple[MetricChange, ...], list[str]]:
+    """The host domains a threshold names (``node.ets:5%``), once per case (on its first GPU).
+
+    A run keeps a domain's mean per call and its bound, not each repetition's: the threshold and the
+    meter's bounds decide (a change the two bounds can explain is inconclusive), not a t test.
+    """
+    changes: list[MetricChange] = []
+    notes: list[str] = []
+    if new.key[2] != 0:
+        return (), notes
+    for key in DOMAIN_METRICS:
+        if key not in thresholds:
+            continue
+        domain, metric = key.split(".")
+        before, after = old.per_domain.get(domain), new.per_domain.get(domain)   # type: ignore[call-overload]
+        if before is None or after is None:
+            missing = "the baseline" if before is None else "this run"
+            notes.append(f"{key} not compared: {missing} did not measure {domain} "
+                         f"(run both with --energy-domains=gpu,cpu,dram)")
+            continue
+        bounds = ((before.ets_low_j, before.ets_high_j), (after.ets_low_j, after.ets_high_j))
+        change = decide(metric, [before.ets_j], [after.ets_j], thresholds[key], confidence, bounds=bounds)
+        changes.append(replace(change, domain=domain))
+    return tuple(changes), notes
 
 
 def _case_verdict(metrics: Sequence[MetricChange]) -> Verdict:

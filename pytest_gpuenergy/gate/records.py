@@ -44,10 +44,16 @@ class MetricChange:
     new_n: int = 0
     method: str = WELCH
     hint: str = ""                 # for an inconclusive verdict: what would tell
+    domain: str = "gpu"            # --energy-domains: "gpu" (the case's GPUs), or the host's "cpu", "dram", "node"
+
+    @property
+    def key(self) -> str:
+        """How ``--energy-fail`` names it: ``ets``, or ``node.ets`` for a host domain's."""
+        return self.metric if self.domain == "gpu" else f"{self.domain}.{self.metric}"
 
     @property
     def label(self) -> str:
-        return METRIC_LABELS[self.metric]
+        return METRIC_LABELS[self.metric] if self.domain == "gpu" else f"{self.domain} {METRIC_LABELS[self.metric]}"
 
     @property
     def gated(self) -> bool:
@@ -121,7 +127,8 @@ class CaseComparison:
         return any(e is not None and e.simulated for e in (self.old, self.new))
 
     def metric(self, name: str) -> MetricChange | None:
-        return next((m for m in self.metrics if m.metric == name), None)
+        """``ets``, ``time``, ``edp`` (the GPUs'), or a host domain's ``node.ets``."""
+        return next((m for m in self.metrics if m.key == name), None)
 
     @property
     def regressed_metrics(self) -> tuple[MetricChange, ...]:

@@ -12,20 +12,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SettingError
-from ..metrics import METRICS
+from ..metrics import METRIC_LABELS, METRICS
 
 DEFAULT_CONFIDENCE = 0.99
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
-_THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
+# Host domains the gate compares (--energy-domains): their ETS per call, as ``node.ets:5%``.
+DOMAIN_METRICS = ("cpu.ets", "dram.ets", "node.ets")
+GATED = (*METRICS, *DOMAIN_METRICS)
+
+
+
+def threshold_label(key: str) -> str:
+    """``ETS`` for ``ets``, ``node ETS`` for ``node.ets``: how the reports name what a threshold gates."""
+    domain, _, metric = key.rpartition(".")
+    return f"{domain} {METRIC_LABELS[metric]}" if domain else METRIC_LABELS[metric]
+
+
+_THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+(?:\.[A-Za-z]+)?)\s*[:=]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*")
 
 
 def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, float]:
-    """``"ets:5%,edp:10%,time:5%"`` -> ``{"ets": 5.0, "edp": 10.0, "time": 5.0}`` (per cent).
+    """``"ets:5%,edp:10%,time:5%"`` -> ``{"ets": 5.0, "edp": 10.0, "time": 5.0}`` (per cent); a host
+    domain's ETS as ``node.ets:5%`` (also ``cpu.ets``, ``dram.ets``; measured with --energy-domains).
 
     Every mistake names the item and the valid form, prefixed by ``source`` (the option).
     """
-    form = f"write METRIC:PERCENT items separated by commas, METRIC one of {', '.join(METRICS)}, e.g. {source}=ets:5%,edp:10%"
+    form = (f"write METRIC:PERCENT items separated by commas, METRIC one of {', '.join(GATED)}, "
+            f"e.g. {source}=ets:5%,edp:10%")
     if text is None or not str(text).strip():
         raise ValueError(f"{source}: no threshold given; {form}")
     thresholds: dict[str, float] = {}
@@ -36,7 +50,7 @@ def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, f
         if match is None:
             raise ValueError(f"{source}: {item.strip()!r} is not a threshold; {form}")
         metric, number = match.group(1).lower(), float(match.group(2))
-        if metric not in METRICS:
+        if metric not in GATED:
             raise ValueError(f"{source}: unknown metric {match.group(1)!r} in {item.strip()!r}; {form}")
         if not math.isfinite(number) or number > 1000:
             raise ValueError(f"{source}: {item.strip()!r}: a threshold is a percentage from 0 to 1000; {form}")
@@ -65,8 +79,8 @@ def check_confidence(confidence: float | str, *, source: str = "confidence") -> 
 def check_thresholds(thresholds: Mapping[str, float] | None) -> dict[str, float]:
     result = dict(thresholds or {})
     for metric, value in result.items():
-        if metric not in METRICS:
-            raise ValueError(f"thresholds: unknown metric {metric!r}; use {', '.join(METRICS)}")
+        if metric not in GATED:
+            raise ValueError(f"thresholds: unknown metric {metric!r}; use {', '.join(GATED)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise ValueError(f"thresholds: {metric}={value!r} must be a percentage >= 0")
     return result

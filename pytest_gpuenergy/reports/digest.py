@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gate.records import MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange
+from ..gate.settings import threshold_label
 from ..gate.verdicts import (
     CHANGED,
     DECREASE,
@@ -229,7 +230,7 @@ def gate_text(comparison: Comparison) -> str:
     """What fails the gate, in words."""
     if not comparison.thresholds:
         return "no thresholds (--energy-fail): changes are reported, nothing fails"
-    items = ", ".join(f"{METRIC_LABELS[m]} > {t:g} %" for m, t in comparison.thresholds.items())
+    items = ", ".join(f"{threshold_label(m)} > {t:g} %" for m, t in comparison.thresholds.items())
     return f"regression when {items} and the increase is real at {100 * comparison.confidence:g} % confidence"
 
 

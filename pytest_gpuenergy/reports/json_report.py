@@ -122,7 +122,7 @@ def _case(case: CaseComparison) -> dict[str, Any]:
     return {
         "case_id": case.case_id, "test": case.test, "cap": case.cap, "gpu_index": case.gpu_index,
         "gpu_name": case.gpu_name, "simulated": case.simulated, "status": case.status, "verdict": case.verdict,
-        "notes": list(case.notes), "metrics": {m.metric: _metric(m) for m in case.metrics},
+        "notes": list(case.notes), "metrics": {m.key: _metric(m) for m in case.metrics},
     }
 
 
