@@ -145,11 +145,15 @@ def test_an_mi250x_reports_power_and_takes_caps_on_its_first_die_only(mixed):
     assert code_of(excinfo) == 1
     amd.simUseDevices([amd.simMachineIndex(second)])             # work on the second die only
     before = energy_j(amd, first), amd.simExactEnergyMj(first), amd.simExactEnergyMj(second), amd.simClock().now()
+    session_before_mj = amd.simWallEnergyMj(first)
     for _ in range(20):
         amd.simDeclareWork(STEP)
     amd.simSynchronize()
     amd.simSleepUntil(amd.simClock().now() + 0.002)
     assert amd.amdsmi_get_energy_count(second)["energy_accumulator"] == 0
+    second_dynamic_mj = amd.simExactEnergyMj(second) - before[2] - 45 * (amd.simClock().now() - before[3]) * 1000
+    assert amd.simWallEnergyMj(first) - session_before_mj > 0.99 * second_dynamic_mj > 0   # the session's total too
+    assert amd.simWallEnergyMj(second) == 0
     assert amd.amdsmi_get_power_info(second)["socket_power"] == 0
     board_j = energy_j(amd, first) - before[0]
     own_j = (amd.simExactEnergyMj(first) - before[1]) / 1000

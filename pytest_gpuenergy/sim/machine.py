@@ -345,12 +345,19 @@ class SimulatedMachine:
 
         A session's tests each run in a virtual world of their own, whose time is no wall time; this
         is what a real counter would show across the whole session (setup, collection, idle between
-        tests included), for the session's total (``--energy-top``)."""
+        tests included), for the session's total (``--energy-top``). Like the counter, it covers what
+        the device reports: an MI250X's first die the whole board, its second die nothing (``models``)."""
         with self.lock:
-            device.advance()
-            state = device.state_file.read()
-            idle_s = self.wall_now() - state.created_at + self._world_idle_excess_s()
-            return device.spec.idle_w * idle_s * 1000.0 + state.dynamic_mj + device.unsaved_mj()
+            if device.die:
+                return 0.0
+            total_mj = 0.0
+            for die in self.devices:
+                if die.primary_index == device.index:
+                    die.advance()
+                    state = die.state_file.read()
+                    idle_s = self.wall_now() - state.created_at + self._world_idle_excess_s()
+                    total_mj += die.spec.idle_w * idle_s * 1000.0 + state.dynamic_mj + die.unsaved_mj()
+            return total_mj
 
     def simBeginTest(self, test_id: str, indices: Sequence[int] = ()) -> None:
         """A test starts: its figures must depend on the test and the seed only, whatever ran before it
