@@ -475,6 +475,7 @@ KILLED_CAPPED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.sim_gpus("MI300X")
 def test_a_terminated_run_restores_an_amd_gpus_limit_before_it_exits(pytester, sim_state):
     pytester.makepyfile(test_slow=SLOW_CAPPED_TEST)
@@ -487,6 +488,7 @@ def test_a_terminated_run_restores_an_amd_gpus_limit_before_it_exits(pytester, s
     assert limit_w() == 750.0 and no_journal(sim_state)
 
 
+@pytest.mark.slow
 @pytest.mark.sim_gpus("MI300X")
 def test_a_killed_run_on_an_amd_gpu_is_repaired_by_the_next_session(pytester, sim_state):
     pytester.makepyfile(test_k=KILLED_CAPPED)
