@@ -162,7 +162,8 @@ def test_an_entry_left_behind_names_its_limits_and_the_command_that_puts_the_lim
     real = SimpleNamespace(simulated_state_file=None, uuid=gpu.uuid)     # a real GPU: the driver's command
     assert entry.fix_command(real) == f"sudo nvidia-smi -i {gpu.uuid} -pl 700"  # type: ignore[arg-type]
     on_amd = replace(entry, vendor="amd", saved=750_000)                 # AMD's: amd-smi, in watts
-    assert on_amd.fix_command(real) == f"sudo amd-smi set --gpu {gpu.uuid} --power-cap 750"  # type: ignore[arg-type]
+    assert gpu.uuid.startswith("GPU-")                                  # AMD SMI's own UUID has no prefix
+    assert on_amd.fix_command(real) == f"sudo amd-smi set --gpu {gpu.uuid[4:]} --power-cap 750"  # type: ignore[arg-type]
 
 
 def test_clearing_waits_for_the_journals_lock_that_a_repair_holds(journal, gpu):

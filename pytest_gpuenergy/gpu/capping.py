@@ -115,8 +115,8 @@ class PowerLimitKnob:
                 f"its limit before {self.text(entry.saved)}")
 
     def driver_command(self, gpu_uuid: str, vendor: str, setting: int) -> str:
-        if vendor == "amd":
-            return f"amd-smi set --gpu {gpu_uuid} --power-cap {setting / 1000:g}"
+        if vendor == "amd":     # amd-smi takes its own UUID (the plugin prefixes it with "GPU-") and watts
+            return f"amd-smi set --gpu {gpu_uuid.removeprefix('GPU-')} --power-cap {setting / 1000:g}"
         return f"nvidia-smi -i {gpu_uuid} -pl {setting / 1000:g}"
 
     def encode(self, setting: int) -> int:
