@@ -10,7 +10,9 @@ import textwrap
 
 import pytest
 
-from pytest_gpuenergy.meter.results import PhaseFigures, combine_phases
+from pytest_gpuenergy.errors import StorageError
+from pytest_gpuenergy.meter.results import PhaseFigures, Repetition, combine_phases
+from pytest_gpuenergy.runs.reader import DocumentReader
 from pytest_gpuenergy.runs.records import RunDocument
 
 # A training-like step: forward and backward compute-bound, update and the unmarked rest (a data
@@ -195,3 +197,23 @@ def test_repetitions_average_and_gpus_add_up() -> None:
     assert not mean["other"].distinguishable and mean["other"].why_not == "only their sum is known"
     assert combine_phases([first, None], mean=True) is None       # a region without marks: no one figure
     assert combine_phases([first, {"update": _figure(1.0, 0.01)}], mean=True) is None
+
+
+def test_a_documents_phases_are_read_back_and_damaged_ones_refused_in_one_line() -> None:
+    phases = {"update": _figure(1.0, 0.005), "other": _figure(0.5, 0.005, told=False)}
+    saved = Repetition.of_region(1.5, 1.4, 1.6, 400.0, 0.01, 1, phases).to_json()
+    reader = DocumentReader("run.json")
+    read = reader.repetition(json.loads(json.dumps(saved)), "cases[0].repetitions[0]")
+    assert read.phases is not None and list(read.phases) == ["update", "other"]
+    assert read.phases["other"].why_not == "only their sum is known" and not read.phases["other"].distinguishable
+    assert read.phases["update"].ets_high_j == pytest.approx(1.1) and math.isnan(read.phases["update"].time_share)
+    del saved["phases"]
+    assert reader.repetition(saved, "r").phases is None                 # a document from before phases
+    damaged = json.loads(json.dumps(Repetition.of_region(1.5, 1.4, 1.6, 400.0, 0.01, 1, phases).to_json()))
+    damaged["phases"]["update"]["ets_low_j"] = 2.0
+    with pytest.raises(StorageError, match=r"^run.json: invalid run document: r.phases.update: ets_low_j <= ets_j "
+                                           r"<= ets_high_j must hold, got 2.0 <= 1.0 <= 1.1.*; restore the file"):
+        reader.repetition(damaged, "r")
+    damaged["phases"] = ["update"]
+    with pytest.raises(StorageError, match=r"r.phases: must be a non-empty object \(or absent\)"):
+        reader.repetition(damaged, "r")
