@@ -249,3 +249,15 @@ def test_gpuenergy_info_shows_the_clock_range_and_a_lock(monkeypatch):
             "max_limit_w"} <= set(rows[0])
     text = cli_in_process("info", "--gpu-backend=sim").stdout
     assert "SM clock range 210-1980 MHz" in text and "LOCKED to 135-" in text
+
+
+@pytest.mark.sim_gpus("H100,MI300X")
+def test_on_a_mixed_node_a_clock_cap_needs_only_the_tests_own_gpu_to_support_it(pytester):
+    """The clock knob takes the test's GPUs, as the power cap does, not the whole pool: a test on the
+    H100 of an H100,MI300X node is clock-capped, not skipped for the MI300X it does not use."""
+    pytester.makepyfile(test_a="def test_a(gpu_clock_cap):\n    assert gpu_clock_cap.label == 'clk50%'\n")
+    result = pytester.runpytest("--gpu-clocks=50%", "-rs")
+    result.assert_outcomes(passed=1)
+    amd_only = pytester.runpytest("--gpu-clocks=50%", "--gpu-devices=1", "-rs")
+    amd_only.assert_outcomes(skipped=1)
+    amd_only.stdout.fnmatch_lines(["*SM clock caps are not supported on GPU 1 (AMD Instinct MI300X*"])

@@ -312,7 +312,7 @@ class EnergySession:
     def clock_capper(self) -> ClockCapper:
         backend = self._require_backend()
         assert self.clock_journal is not None
-        capper = ClockCapper(self.gpus, self.clock_journal, backend.lock_folder)
+        capper = ClockCapper(self.test_gpus(), self.clock_journal, backend.lock_folder)
         self._cappers.append(capper)
         return capper
 
