@@ -15,6 +15,8 @@ from pytest_gpuenergy.meter.results import PhaseFigures, Repetition, combine_pha
 from pytest_gpuenergy.runs.reader import DocumentReader
 from pytest_gpuenergy.runs.records import RunDocument
 
+from helpers import declare
+
 # A training-like step: forward and backward compute-bound, update and the unmarked rest (a data
 # copy: "other") memory-bound, so that the phases draw different power. The lengths and powers are
 # what the simulated H100 makes of this work (its roofline model), for region_time_needed_s.
@@ -217,3 +219,21 @@ def test_a_documents_phases_are_read_back_and_damaged_ones_refused_in_one_line()
     damaged["phases"] = ["update"]
     with pytest.raises(StorageError, match=r"r.phases: must be a non-empty object \(or absent\)"):
         reader.repetition(damaged, "r")
+
+
+def test_a_mark_dates_the_gpus_queue_without_waiting_or_moving_the_clock(backend) -> None:
+    """Backend.queue_time on the simulator (simQueuedUntil): where the queued work will end, as a CUDA
+    event recorded now would say; the virtual clock stays where it is until a synchronisation."""
+    gpu = backend.select(None)[0]
+    backend.begin_test("t", [gpu])
+    backend.use([gpu])
+    start_s = backend.clock()
+    assert backend.queue_time() == start_s                       # nothing queued: now
+    declare(0.02)
+    first_s = backend.queue_time()
+    declare(0.03)
+    second_s = backend.queue_time()
+    assert backend.clock() == start_s                            # no wait, no move
+    assert first_s - start_s == pytest.approx(0.02, rel=0.1) and second_s - first_s == pytest.approx(0.03, rel=0.1)
+    backend.synchronize()
+    assert backend.clock() == pytest.approx(second_s, abs=1e-9)

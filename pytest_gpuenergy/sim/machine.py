@@ -317,7 +317,9 @@ class SimulatedMachine:
 
     def simQueuedUntil(self) -> float:
         """When the GPUs this process uses will have run the work queued so far (now, if they are idle):
-        the time a CUDA event recorded now would carry. Neither waits nor moves the clock."""
+        the time a CUDA event recorded now would carry. Neither waits nor moves the clock. It queues the
+        CPU-proxy work gathered so far (undeclared work only; ``flush``), so that work lands in the phase
+        it ran in; declared work is queued already."""
         with self.lock:
             for device in self.devices:
                 device.advance()
