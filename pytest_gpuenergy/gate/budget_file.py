@@ -211,6 +211,13 @@ def _round_up(value: float) -> float:
     if value <= 0 or not math.isfinite(value):
         return value
     digits = 3 - math.floor(math.log10(value))
-    if digits >= 0:
-        return math.ceil(value * 10**digits - 1e-9) / 10**digits
-    return float(math.ceil(value / 10**-digits - 1e-9) * 10**-digits)
+
+    def up(steps: float) -> float:
+        if digits >= 0:
+            return (math.ceil(value * 10**digits - 1e-9) + steps) / 10**digits
+        return float((math.ceil(value / 10**-digits - 1e-9) + steps) * 10**-digits)
+
+    # A value a hair above a round figure (15.280000000000001: float noise) rounds to it, unless that
+    # would put the budget below the value itself: then one step up (15.29).
+    rounded = up(0)
+    return rounded if rounded >= value else up(1)
