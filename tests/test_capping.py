@@ -494,3 +494,30 @@ def test_a_signal_during_a_restore_waits_and_is_announced_with_the_gpus_restored
     assert said == [f"gpuenergy: SIGINT received while restoring the power limit of {GPU0}, {GPU1}: finishing that "
                     f"first, then stopping"]
     assert limits_w(backend) == [700.0, 300.0]
+
+
+# -- the power limit as a knob: the fix it names, what it reads back from a journal ------------------
+
+def test_the_fix_a_power_limit_names_is_each_vendors_own_command_in_watts():
+    assert POWER_LIMIT.driver_command("GPU-1234", "nvidia", 250_000) == "nvidia-smi -i GPU-1234 -pl 250"
+    assert POWER_LIMIT.driver_command("GPU-abcd", "amd", 450_500) == "amd-smi set --gpu abcd --power-cap 450.5"
+
+
+def test_a_journaled_limit_is_a_whole_number_of_milliwatts_from_1():
+    assert POWER_LIMIT.decode(1, "saved") == 1 and POWER_LIMIT.decode(700_000, "saved") == 700_000
+    for damaged in (0, -5, 250.5, "250000", True, 10**9):
+        with pytest.raises(ValueError, match=r"^saved must be a whole number from 1 to 100000000, got "):
+            POWER_LIMIT.decode(damaged, "saved")
+
+
+def test_the_power_journal_reads_what_an_earlier_version_wrote(backend, journal):
+    from pytest_gpuenergy.fileio import atomic_write_json, state_folder
+
+    gpu = backend.all_gpus[0]
+    state_folder(journal.folder)
+    atomic_write_json(journal.folder / f"{gpu.uuid}.json", {
+        "gpu_uuid": gpu.uuid, "gpu_index": 0, "gpu_name": gpu.name, "previous_limit_mw": 550_000,
+        "applied_limit_mw": 250_000, "pid": DEAD_PID, "process_start": "1", "host": "elsewhere",
+        "written_at": 5.0, "format": "gpuenergy-limit-journal"})
+    [entry] = journal.entries()
+    assert (entry.saved, entry.applied, entry.vendor) == (550_000, 250_000, "nvidia")
