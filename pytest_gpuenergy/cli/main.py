@@ -25,7 +25,8 @@ from .tune import add_tune_command, split_pytest_args
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-backend", choices=BACKEND_CHOICES, default=None,
-        help="auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
+        help="auto (every library that finds a GPU: NVML, AMD SMI; else the simulator; default, or "
+             "$GPUENERGY_BACKEND), nvml, amdsmi, sim",
     )
 
 

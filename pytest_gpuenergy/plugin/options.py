@@ -70,7 +70,8 @@ class Option:
 
 OPTIONS = (
     Option("--gpu-backend", "text",
-           "GPU access: auto (NVML where a GPU is found, else the simulator; default, or $GPUENERGY_BACKEND), nvml, sim",
+           "GPU access: auto (every library that finds a GPU: NVML, AMD SMI; else the simulator; default, or "
+           "$GPUENERGY_BACKEND), nvml, amdsmi, sim",
            {"choices": BACKEND_CHOICES}),
     Option("--gpu-caps", "list",
            "power caps to run every gpu_power_cap test at: watts (150,200), percent of the default "
