@@ -33,8 +33,10 @@ from pytest_gpuenergy.gpu.clocks import (
     ClockLock,
     ClockRange,
     GpuClockCap,
+    _legacy_clock,
     clock_journal_for,
     clock_range,
+    lock_text,
     sm_clock_now_mhz,
 )
 from pytest_gpuenergy.gpu.device import Backend, Gpu
@@ -474,3 +476,64 @@ def test_a_signal_during_a_clock_restore_waits_and_is_announced_with_the_gpus(ba
     assert said == [f"gpuenergy: SIGINT received while restoring the SM clock of {GPU0}, {GPU1}: finishing that "
                     f"first, then stopping"]
     assert locks(backend) == [None, None]
+
+
+# -- the SM clock lock as a knob: its words, its fix, what it reads back (the clocks' mutation gaps) -----
+
+def _clock_entry(saved, applied) -> JournalEntry:
+    return JournalEntry(knob=SM_CLOCK, gpu_uuid="GPU-1234", gpu_index=2, gpu_name="H100", vendor="nvidia",
+                        saved=saved, applied=applied, pid=4242, process_start="1", host="node7", written_at=5.0)
+
+
+def test_a_lock_reads_as_its_range_not_locked_or_unknown():
+    assert lock_text((705, 1200)) == "705-1200 MHz"
+    assert lock_text(None) == "not locked"
+    assert lock_text(knob.UNREADABLE) == "unknown (not readable)"
+
+
+def test_a_clock_entry_describes_both_locks_and_names_nvidia_smis_fix():
+    entry = _clock_entry((300, 1980), (705, 990))
+    assert SM_CLOCK.describe(entry) == ("GPU 2 (H100, GPU-1234): SM clock locked at 705-990 MHz by pid 4242 on "
+                                        "node7, before: 300-1980 MHz")
+    assert SM_CLOCK.left_text(entry) == "GPU 2 (H100, GPU-1234) with its SM clock locked at 705-990 MHz, before: 300-1980 MHz"
+    assert SM_CLOCK.driver_command("GPU-1234", "nvidia", None) == "nvidia-smi -i GPU-1234 -rgc"
+    assert SM_CLOCK.driver_command("GPU-1234", "nvidia", (705, 990)) == "nvidia-smi -i GPU-1234 -lgc 705,990"
+
+
+def test_a_journaled_lock_is_two_whole_megahertz_low_to_high():
+    assert SM_CLOCK.decode([1, 990], "applied") == (1, 990)
+    assert SM_CLOCK.decode(None, "saved") is None
+    with pytest.raises(ValueError, match=r"^saved must be a lock \[min MHz, max MHz\] or null, got 'x'$"):
+        SM_CLOCK.decode("x", "saved")
+    with pytest.raises(ValueError, match=r"^applied must be a lock \[min MHz, max MHz\], got \[1, 2, 3\]$"):
+        SM_CLOCK.decode([1, 2, 3], "applied")
+    with pytest.raises(ValueError, match=r"^applied must be a lock \[min MHz, max MHz\], got None$"):
+        SM_CLOCK.decode(None, "applied")
+    with pytest.raises(ValueError, match=r"^applied's min must be a whole number from 1 to "):
+        SM_CLOCK.decode([0, 990], "applied")
+    with pytest.raises(ValueError, match=r"^applied's max must be a whole number from 1 to "):
+        SM_CLOCK.decode([705, 0], "applied")
+    with pytest.raises(ValueError, match=r"^a lock's lower end lies above its upper end$"):
+        SM_CLOCK.decode([990, 705], "applied")
+
+
+def test_an_earlier_versions_clock_entry_reads_no_lock_before_as_none():
+    old = {"previous_min_mhz": 0, "previous_max_mhz": 0, "applied_min_mhz": 1, "applied_max_mhz": 990}
+    assert _legacy_clock(old) == (None, (1, 990))
+    assert _legacy_clock(old | {"previous_min_mhz": 300, "previous_max_mhz": 1980}) == ((300, 1980), (1, 990))
+    with pytest.raises(ValueError, match=r"^previous_max_mhz must be a whole number from 0 to "):
+        _legacy_clock(old | {"previous_max_mhz": -1})
+    with pytest.raises(ValueError, match=r"^applied_min_mhz must be a whole number from 1 to "):
+        _legacy_clock(old | {"applied_min_mhz": 0})
+
+
+@pytest.mark.sim_gpus("H100,MI300X")
+def test_as_they_are_an_nvidia_gpu_shows_its_clock_range_and_an_amd_gpu_none(backend):
+    nvidia, amd = backend.all_gpus
+    current = capper_of(backend).current()
+    assert current.label == "current" and [g.gpu_uuid for g in current.gpus] == [nvidia.uuid, amd.uuid]
+    on_nvidia, on_amd = current.gpus
+    low, high = clock_range(nvidia).min_mhz, clock_range(nvidia).max_mhz
+    assert (on_nvidia.min_mhz, on_nvidia.max_mhz) == (low, high) and low < high
+    assert (on_nvidia.enforced_mhz, on_nvidia.previous_lock_mhz, on_nvidia.previous_known) == (None, None, True)
+    assert (on_amd.min_mhz, on_amd.max_mhz, on_amd.enforced_mhz) == (None, None, None)
