@@ -76,7 +76,7 @@ def _no_constant(name: str) -> float:
 
 def _check_nesting(data: Any) -> None:
     """Walk the containers without recursion; too deep is an error before anything else reads them."""
-    pending: list[tuple[Any, int]] = [(data, 1)]
+    pending: list[tuple[Any, int]] = [(data, 1)] if isinstance(data, (dict, list)) else []   # a bare number, string, null
     while pending:
         item, level = pending.pop()
         if level > MAX_NESTING:
