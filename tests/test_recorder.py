@@ -1,0 +1,112 @@
+"""meter/recorder.py's real-time driver on its own: the thread that reads a GPU while a test runs.
+
+The simulator's virtual clock drives recorders without a thread (its PlanDriver), so the end-to-end
+tests of test_meter.py rarely meet this one; on a real GPU it is the only driver."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pytest_gpuenergy.gpu.device import open_backend
+from pytest_gpuenergy.meter.recorder import Recorder, ThreadDriver
+from pytest_gpuenergy.meter.results import COUNTER
+
+
+@pytest.fixture
+def wall_backend(monkeypatch):
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    backend = open_backend("sim")
+    yield backend
+    backend.close()
+
+
+def recorder_on(backend) -> Recorder:
+    return Recorder(backend.all_gpus[0], backend.clock, COUNTER, seed="slot0")
+
+
+def test_the_driver_is_a_named_daemon_thread_that_stop_joins(wall_backend):
+    recorder = recorder_on(wall_backend)
+    driver = ThreadDriver(recorder)
+    assert driver.name == "gpuenergy-recorder-0" and driver.daemon is True
+    assert driver.cpu_s() == 0.0                                   # not started: no thread, no CPU
+    driver.start()
+    driver.wait_until(recorder.clock() + 0.15)
+    assert recorder.has_read_since(recorder.clock() - 0.15) and recorder.error is None
+    driver.stop()
+    assert not driver.is_alive()                                   # joined, not merely asked to stop
+
+
+def test_waiting_for_a_read_returns_once_one_exists_and_not_long_after(wall_backend):
+    recorder = recorder_on(wall_backend)
+    driver = ThreadDriver(recorder)
+    driver.start()
+    try:
+        started = time.perf_counter()
+        moment = recorder.clock() + 0.2
+        driver.wait_until(moment)
+        waited = time.perf_counter() - started
+        assert recorder.has_read_since(moment)
+        assert 0.19 <= waited < 1.0
+    finally:
+        driver.stop()
+
+
+def test_a_schedule_that_fails_hands_its_error_to_the_meter_and_wakes_the_waiters(wall_backend, monkeypatch):
+    recorder = recorder_on(wall_backend)
+    boom = RuntimeError("the driver fell over")
+
+    def failing():
+        yield recorder.clock() + 0.01
+        raise boom
+
+    monkeypatch.setattr(recorder, "schedule", failing)
+    driver = ThreadDriver(recorder)
+    driver.start()
+    driver.wait_until(recorder.clock() + 5.0)                      # returns at once on the error, not in 5 s
+    driver.join(1.0)
+    assert not driver.is_alive() and recorder.error is boom
+
+
+def test_a_stopped_driver_stops_even_while_waiting_for_its_next_wake_up(wall_backend, monkeypatch):
+    recorder = recorder_on(wall_backend)
+    woken = []
+
+    def far():
+        yield recorder.clock() + 30.0
+        woken.append(True)
+
+    monkeypatch.setattr(recorder, "schedule", far)
+    driver = ThreadDriver(recorder)
+    driver.start()
+    started = time.perf_counter()
+    driver.stop()
+    assert time.perf_counter() - started < 1.0 and not driver.is_alive() and woken == []
+
+
+def test_a_driver_stopped_from_its_own_thread_does_not_wait_for_itself(wall_backend, monkeypatch):
+    recorder = recorder_on(wall_backend)
+    driver = ThreadDriver(recorder)
+
+    def stop_self():
+        yield recorder.clock()
+        driver.stop()                                              # joining itself would raise RuntimeError
+        yield recorder.clock()
+
+    monkeypatch.setattr(recorder, "schedule", stop_self)
+    driver.start()
+    driver.join(2.0)
+    assert not driver.is_alive() and recorder.error is None
+
+
+def test_a_late_wake_up_is_remembered_and_fades_by_a_fifth_each_time(wall_backend):
+    recorder = recorder_on(wall_backend)
+    recorder.woke(0.010)
+    recorder.woke(0.0)
+    recorder.woke(0.0)
+    assert recorder._latency_s == pytest.approx(0.010 * 0.8 * 0.8)
+    recorder.woke(0.020)
+    assert recorder._latency_s == pytest.approx(0.020)
+    assert threading.current_thread() is threading.main_thread()
