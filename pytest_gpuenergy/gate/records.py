@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from ..metrics import METRIC_LABELS
 from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
-from .settings import DEFAULT_CONFIDENCE
+from .settings import DEFAULT_CONFIDENCE, threshold_label
 from .verdicts import (
     REGRESSION,
     Verdict,
@@ -53,7 +52,7 @@ class MetricChange:
 
     @property
     def label(self) -> str:
-        return METRIC_LABELS[self.metric] if self.domain == "gpu" else f"{self.domain} {METRIC_LABELS[self.metric]}"
+        return threshold_label(self.key)
 
     @property
     def gated(self) -> bool:

@@ -118,7 +118,6 @@ class AmdGpu(Gpu):
         super().__init__(index, name, uuid if uuid.startswith("GPU-") else f"GPU-{uuid}", simulated=simulated)
         machine_index = getattr(amdsmi, "simMachineIndex", None) if simulated else None
         self.machine_index = int(machine_index(handle)) if machine_index is not None else amd_index
-        self._has_counter: bool | None = None
         self._power_field: str | None = None
 
     @contextlib.contextmanager
@@ -156,16 +155,6 @@ class AmdGpu(Gpu):
         return self.enforced_limit_mw()
 
     # -- energy and power ------------------------------------------------------------------------
-    def has_energy_counter(self) -> bool:
-        """Whether the accumulator answers (not on a VM guest, per AMD SMI's documentation)."""
-        if self._has_counter is None:
-            try:
-                self.energy_mj()
-                self._has_counter = True
-            except DeviceNotSupported:
-                self._has_counter = False
-        return self._has_counter
-
     def _energy_count(self) -> tuple[int, float]:
         with self._translated(self):
             found = self.amdsmi.amdsmi_get_energy_count(self.handle)

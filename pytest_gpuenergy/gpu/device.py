@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from ..errors import BackendUnavailable, DeviceTransientError, GpuLostError, GpuSelectionError
+from ..errors import BackendUnavailable, DeviceNotSupported, DeviceTransientError, GpuLostError, GpuSelectionError
 from ..fileio import user_state_dir
 from .specs import BACKEND_CHOICES
 
@@ -136,6 +136,7 @@ class Gpu(ABC):
         self.uuid = uuid
         self.simulated = simulated
         self.retry_backoff_s = SIM_RETRY_BACKOFF_S if simulated else RETRY_BACKOFF_S
+        self._has_counter: bool | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.index}, {self.name!r})"
@@ -155,9 +156,16 @@ class Gpu(ABC):
         return self.index
 
     # -- energy and power ----------------------------------------------------------------------
-    @abstractmethod
     def has_energy_counter(self) -> bool:
-        """Whether a cumulative energy counter works here (the meter falls back to power sampling)."""
+        """Whether a cumulative energy counter works here (the meter falls back to power sampling):
+        asked once, by reading it (NVIDIA: Volta and newer, not MIG; AMD: not on a VM guest)."""
+        if self._has_counter is None:
+            try:
+                self.energy_mj()
+                self._has_counter = True
+            except DeviceNotSupported:
+                self._has_counter = False
+        return self._has_counter
 
     @abstractmethod
     def energy_mj(self) -> int:

@@ -79,7 +79,6 @@ class NvmlGpu(Gpu):
         super().__init__(nvml_index if index is None else index, name, uuid, simulated=backend == "sim")
         machine_index = getattr(nvml, "simMachineIndex", None) if self.simulated else None
         self.machine_index = int(machine_index(self.handle)) if machine_index is not None else nvml_index
-        self._has_counter: bool | None = None
         self._power_source: str | None = None
         self._mig: bool | None = None
 
@@ -115,16 +114,6 @@ class NvmlGpu(Gpu):
         return self.enforced_limit_mw()
 
     # -- energy and power ----------------------------------------------------------------------
-    def has_energy_counter(self) -> bool:
-        """Whether the cumulative energy counter works here (Volta and newer, not MIG)."""
-        if self._has_counter is None:
-            try:
-                self.energy_mj()
-                self._has_counter = True
-            except DeviceNotSupported:
-                self._has_counter = False
-        return self._has_counter
-
     def energy_mj(self) -> int:
         with _translated(self):
             return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))

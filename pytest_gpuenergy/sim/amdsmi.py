@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import ctypes
 import enum
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from ..gpu.processes import is_alive
 from .device import SimDevice
 from .library import SimulatedLibrary
-from .machine import SimDeviceHandle, SimulatedMachine
+from .machine import SimDeviceHandle
 
 #: AMD SMI's status codes (``amdsmi.amdsmi_wrapper``), the ones the simulator raises or callers test.
 STATUS_CODES = {
@@ -131,22 +129,7 @@ def _error(name: str) -> AmdSmiLibraryException:
 class SimulatedAmdSmi(SimulatedLibrary):
     """Drop-in for the ``amdsmi`` module: ``SimulatedAmdSmi(machine).amdsmi_get_processor_handles()``."""
 
-    vendor = "amd"
-
-    def __init__(
-        self,
-        machine: SimulatedMachine | None = None,
-        *,
-        state_dir: Path | None = None,
-        models: Sequence[str] | None = None,
-        faults: str | None = None,
-        noise_cv: float | None = None,
-        seed: int | None = None,
-        clock: str | None = None,
-        cpu_clock: Callable[[], float] | None = None,
-    ) -> None:
-        super().__init__(machine, state_dir=state_dir, models=models, faults=faults, noise_cv=noise_cv, seed=seed,
-                         clock=clock, cpu_clock=cpu_clock)
+    vendor = "amd"     # constructed as its base: SimulatedAmdSmi(machine) or SimulatedAmdSmi(state_dir=..., ...)
 
     def __getattr__(self, name: str) -> Any:
         # What the module has besides its functions: its error classes, enumerations and status codes
