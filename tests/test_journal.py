@@ -28,6 +28,7 @@ from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry, may_need_repair
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.processes import process_start
+from pytest_gpuenergy.trusted_path import UntrustedPath
 
 from helpers import DEAD_PID, H100
 
@@ -351,8 +352,8 @@ def test_repair_leaves_alone_an_entry_whose_writer_still_runs_unless_told_to_inc
         entry = left_capped(journal, gpu, 550_000, 250_000, pid=child.pid, process_start=process_start(child.pid),
                             host=socket.gethostname())
         [outcome] = journal.repair(backend)
-        assert (outcome.action, outcome.message) == (
-            "owner-alive", f"{entry.describe()}: left alone, pid {child.pid} is still running")
+        assert (outcome.entry, outcome.action, outcome.message) == (
+            entry, "owner-alive", f"{entry.describe()}: left alone, pid {child.pid} is still running")
         assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
         [forced] = journal.repair(backend, include_live_owners=True)
         assert forced.action == "restored" and gpu.current_limit_mw() == 550_000 and journal.entries() == []
@@ -407,7 +408,7 @@ def test_after_a_second_signal_a_repair_restores_nothing_more_and_says_so(journa
 def test_repair_never_sets_an_original_outside_the_gpus_range(journal, gpu, backend):
     entry = left_capped(journal, gpu, 800_000, 250_000)       # recorded on another board, say
     [outcome] = journal.repair(backend)
-    assert outcome.action == "failed"
+    assert (outcome.entry, outcome.action) == (entry, "failed")
     assert outcome.message == f"{entry.describe()}: 800 W is outside the GPU's range 200-700 W; entry kept, check it"
     assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
 
@@ -504,3 +505,166 @@ def test_an_unreadable_journal_folder_is_left_to_the_session_that_uses_the_gpus(
     (sim_state / "journal" / "clocks").mkdir()
     (sim_state / "journal" / "clocks" / "GPU-abc.json").write_text("{}")
     assert may_need_repair("sim")                     # the next folder is still looked at
+
+
+# -- what a record or a clear leaves for a stopped restore to say ------------------------------------
+
+def test_a_recorded_entry_is_noted_as_left_changed_until_it_is_cleared(journal, gpu, monkeypatch):
+    """A restore stopped by a second signal names every setting still changed (``left_behind``):
+    the journal notes each entry it records, with `gpuenergy restore` as the fix, and forgets it
+    on clear."""
+    from pytest_gpuenergy.gpu import signals
+
+    monkeypatch.setattr(signals, "_left", {})
+    entry = journal.record(gpu, 550_000, 250_000)
+    assert signals.left_behind() == f"; left changed: {entry.left_text()}; to put it back: gpuenergy restore"
+    journal.clear(entry)
+    assert signals.left_behind() == ""
+
+
+def test_reading_an_entry_makes_no_folder(tmp_path):
+    journal = Journal(POWER_LIMIT, tmp_path / "journal")
+    assert journal.entry("GPU-abc") is None
+    assert not journal.folder.exists()                  # a look never leaves state behind
+
+
+@pytest.mark.parametrize("how", ["link", "world-writable"])
+def test_an_entry_someone_else_could_have_planted_is_refused_naming_its_file(journal, gpu, tmp_path, how):
+    state_folder(journal.folder)
+    path = journal.folder / f"{gpu.uuid}.json"
+    if how == "link":
+        (tmp_path / "elsewhere.json").write_text(json.dumps(raw_entry(gpu)))
+        path.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        path.write_text(json.dumps(raw_entry(gpu)))
+        path.chmod(0o666)
+    with pytest.raises(UntrustedPath) as caught:
+        journal.entry(gpu.uuid)
+    assert str(caught.value).startswith(f"{path} ")
+    assert gpu.current_limit_mw() == 700_000
+
+
+def test_an_entry_swapped_for_a_link_between_the_read_and_the_write_is_refused_naming_its_file(
+        journal, gpu, tmp_path, monkeypatch):
+    """A process that ignores the journal's lock could replace the entry after ``record`` read it:
+    the write refuses to go through the link, and says which file."""
+    import pytest_gpuenergy.gpu.journal as journal_module
+
+    path = journal.folder / f"{gpu.uuid}.json"
+    real_write = journal_module.write_state_json
+
+    def swapped_first(folder_fd, name, data, *, shown):
+        (tmp_path / "target.json").write_text("{}")
+        os.symlink(tmp_path / "target.json", name, dir_fd=folder_fd)
+        real_write(folder_fd, name, data, shown=shown)
+
+    monkeypatch.setattr(journal_module, "write_state_json", swapped_first)
+    with pytest.raises(UntrustedPath) as caught:
+        journal.record(gpu, 550_000, 250_000)
+    assert str(caught.value).startswith(f"{path} is a symbolic link, not a regular file: ")
+    assert (tmp_path / "target.json").read_text() == "{}"      # nothing written through the link
+
+
+# -- a repair that stops, and one that goes on past an entry it cannot repair ------------------------
+
+def test_repair_goes_on_past_an_entry_whose_gpu_is_not_present(journal, gpu, backend):
+    gone = power_entry("GPU-0", 5, "Old GPU", 300_000, 200_000, DEAD_PID, "s", "elsewhere", 1.0)
+    plant(journal, gone)                                # listed first: "GPU-0.json" sorts before the H100's
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    assert [(o.entry, o.action) for o in journal.repair(backend)] == [(gone, "gpu-missing"), (entry, "restored")]
+    assert gpu.current_limit_mw() == 550_000 and journal.entries() == [gone]
+
+
+def test_after_a_second_signal_every_entry_is_said_not_restored(journal, gpu, backend, monkeypatch):
+    from pytest_gpuenergy.gpu import signals
+
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    gone = power_entry("GPU-zzz", 5, "Old GPU", 300_000, 200_000, DEAD_PID, "s", "elsewhere", 1.0)
+    plant(journal, gone)                                # listed after the H100's
+    monkeypatch.setattr(signals, "_gave_up", ["SIGTERM"])
+    assert [(o.entry, o.action) for o in journal.repair(backend)] == [(entry, "stopped"), (gone, "gpu-missing")]
+    assert gpu.current_limit_mw() == 250_000
+
+
+def test_repair_never_waits_for_a_gpus_lock(journal, gpu, backend, monkeypatch):
+    """A GPU another session holds is left to it at once: were the repair to wait, the other session
+    would end meanwhile (here, at the first pause of the wait) and the GPU would be restored."""
+    from pytest_gpuenergy import fileio
+
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    [path] = lock_paths(journal.lock_folder, [gpu.uuid])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    waited = []
+
+    def other_session_ends() -> None:
+        waited.append(True)
+        fcntl.flock(other, fcntl.LOCK_UN)
+
+    monkeypatch.setattr(fileio, "check_abandoned", other_session_ends)
+    try:
+        [outcome] = journal.repair(backend)
+    finally:
+        os.close(other)
+    assert (outcome.entry, outcome.action, waited) == (entry, "busy", [])
+    assert gpu.current_limit_mw() == 250_000
+
+
+def sim_gpu_lock(gpu: Gpu) -> int:
+    """The simulated GPU's own state lock, held here as another process would: a limit set waits for it."""
+    state_file = gpu.simulated_state_file
+    assert state_file is not None
+    held = os.open(state_file.parent / f"{gpu.uuid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+def test_a_repair_stuck_on_a_lock_stops_keeping_the_entry_and_says_what_it_leaves(journal, gpu, backend, monkeypatch):
+    from pytest_gpuenergy import fileio
+    from pytest_gpuenergy.gpu import signals
+
+    monkeypatch.setattr(fileio, "LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(signals, "_left", {})
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    held = sim_gpu_lock(gpu)
+    try:
+        [outcome] = journal.repair(backend)
+    finally:
+        os.close(held)
+    assert (outcome.entry, outcome.action) == (entry, "stopped")
+    assert outcome.message.startswith(f"{entry.describe()}: waited 0.2 s for the lock ")
+    assert outcome.message.endswith(f"; left changed: {entry.left_text()}; to put it back: {entry.fix_command(gpu)}")
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+    assert signals.left_behind() == ""                  # the repair's own note is gone with it
+
+
+@pytest.mark.parametrize("in_restore_command", [False, True])
+def test_a_second_signal_while_a_repair_waits_stops_it_there(journal, gpu, backend, monkeypatch, in_restore_command):
+    """Within a session the repair says the entry is left (the session then stops); within
+    `gpuenergy restore` the command itself stops, with what it leaves and where it waited."""
+    from pytest_gpuenergy.gpu import signals
+    from pytest_gpuenergy.gpu.signals import RestoreAbandoned
+
+    said: list[str] = []
+    monkeypatch.setattr(signals, "_announce", said.append)
+    monkeypatch.setattr(signals, "_again", ["SIGTERM"])       # a second signal came during the restore
+    monkeypatch.setattr(signals, "_gave_up", [])
+    monkeypatch.setattr(signals, "_left", {})
+    entry = left_capped(journal, gpu, 550_000, 250_000)
+    held = sim_gpu_lock(gpu)
+    try:
+        if in_restore_command:
+            with pytest.raises(RestoreAbandoned) as caught:
+                journal.repair(backend, in_restore_command=True)
+            stopped = str(caught.value)
+        else:
+            [outcome] = journal.repair(backend)
+            assert (outcome.entry, outcome.action, outcome.message) == (
+                entry, "stopped", f"{entry.describe()}: not restored, stopped by a second signal")
+            stopped = said[-1]
+    finally:
+        os.close(held)
+    assert stopped.startswith(f"gpuenergy: SIGTERM received again while restoring the power limit of {gpu.label}: "
+                              f"stopped where it waited, without finishing; left changed: {entry.left_text()}")
+    assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
