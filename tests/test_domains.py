@@ -11,8 +11,9 @@ import pytest
 
 from pytest_gpuenergy.errors import BudgetError, StorageError
 from pytest_gpuenergy.gate.budgets import budget_from_marker
-from pytest_gpuenergy.meter.domains import parse_domains
-from pytest_gpuenergy.meter.results import DomainEnergy
+from pytest_gpuenergy.host.recorder import HostFigure
+from pytest_gpuenergy.meter.domains import merge_domains, parse_domains, per_domain
+from pytest_gpuenergy.meter.results import DomainEnergy, EnergyResult, GpuResult, Repetition
 from pytest_gpuenergy.runs.records import RunDocument
 from pytest_gpuenergy.sim.powercap import HostModel
 
@@ -263,3 +264,81 @@ def test_an_unknown_domain_threshold_names_the_ones_there_are() -> None:
     from pytest_gpuenergy.gate.settings import parse_thresholds
     with pytest.raises(ValueError, match=r"unknown metric 'gpu.ets'.*node\.ets"):
         parse_thresholds("gpu.ets:5%")
+
+
+# -- domains.py on its own: the figures per domain, word for word -------------------------------------
+
+def _gpu_result(repetitions: list[tuple[float, float | None, float | None]], *, simulated: bool = True,
+                per_domain: dict | None = None) -> EnergyResult:
+    """One GPU's result with repetitions of (ETS, low, high) J per call."""
+    reps = tuple(Repetition(ets_j=e, time_s=1.0, mean_power_w=e, peak_power_w=e, calls=1, ets_low_j=low,
+                            ets_high_j=high) for e, low, high in repetitions)
+    gpu = GpuResult(gpu_index=0, gpu_name="H100", gpu_uuid="GPU-0", backend="sim" if simulated else "nvml",
+                    simulated=simulated, method="counter", power_source=None, cap="current", limit_requested_w=None,
+                    limit_enforced_w=700.0, default_limit_w=700.0, repetitions=reps)
+    return EnergyResult(per_gpu=(gpu,), per_domain=per_domain or {})
+
+
+def test_per_domain_divides_each_regions_host_figures_by_its_calls_and_averages_the_regions() -> None:
+    result = _gpu_result([(10.0, 9.0, 12.0), (14.0, 13.0, 15.0)])
+    regions = [([HostFigure("cpu", 40.0, 36.0, 44.0), HostFigure("dram", 8.0, 6.0, 10.0)], 4),
+               ([HostFigure("dram", 3.0, 2.0, 5.0), HostFigure("cpu", 30.0, 24.0, 33.0)], 2)]
+    found = per_domain(result, regions, host_simulated=False)
+    assert list(found) == ["gpu", "cpu", "dram", "node"]              # the host's in the first region's order
+    assert found["gpu"] == DomainEnergy(12.0, 11.0, 13.5, True)       # the summary's mean and mean bounds
+    assert found["cpu"] == DomainEnergy((10.0 + 15.0) / 2, (9.0 + 12.0) / 2, (11.0 + 16.5) / 2, False)
+    assert found["dram"] == DomainEnergy((2.0 + 1.5) / 2, (1.5 + 1.0) / 2, (2.5 + 2.5) / 2, False)
+    assert found["node"] == DomainEnergy(12.0 + 12.5 + 1.75, 11.0 + 10.5 + 1.25, 13.5 + 13.75 + 2.5, True)
+
+
+def test_per_domain_without_the_host_is_the_gpus_and_their_total() -> None:
+    result = _gpu_result([(10.0, None, None)], simulated=False)       # a document from before bounds existed
+    found = per_domain(result, [], host_simulated=True)
+    assert found == {"gpu": DomainEnergy(10.0, 10.0, 10.0, False), "node": DomainEnergy(10.0, 10.0, 10.0, False)}
+
+
+def test_the_nodes_total_is_simulated_where_any_part_is() -> None:
+    regions = [([HostFigure("cpu", 4.0, 3.0, 5.0)], 1)]
+    assert per_domain(_gpu_result([(1.0, 1.0, 1.0)], simulated=False), regions, True)["node"].simulated
+    assert per_domain(_gpu_result([(1.0, 1.0, 1.0)]), regions, False)["node"].simulated
+    assert not per_domain(_gpu_result([(1.0, 1.0, 1.0)], simulated=False), regions, False)["node"].simulated
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("gpu", ("gpu",)), ("cpu,gpu", ("gpu", "cpu")), (" Dram ,, gpu ,", ("gpu", "dram")),
+    ("gpu,cpu,dram", ("gpu", "cpu", "dram")),
+])
+def test_parse_domains_reads_any_order_case_and_spacing(text: str, expected: tuple) -> None:
+    assert parse_domains(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("gpu,disk,net", "--energy-domains=gpu,disk,net: unknown domain 'disk'; choose from gpu,cpu,dram (e.g. gpu,cpu,dram)"),
+    ("cpu,dram", "--energy-domains=cpu,dram: gpu is always measured and must be named; choose from gpu,cpu,dram "
+                 "(e.g. gpu,cpu,dram)"),
+    ("", "--energy-domains=: gpu is always measured and must be named; choose from gpu,cpu,dram (e.g. gpu,cpu,dram)"),
+    ("node,gpu", "--energy-domains=node,gpu: unknown domain 'node'; choose from gpu,cpu,dram (e.g. gpu,cpu,dram)"),
+])
+def test_parse_domains_refuses_in_one_line_naming_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_domains(text)
+    assert str(caught.value) == message
+
+
+def test_merging_repeated_results_weights_each_domain_by_its_repetitions() -> None:
+    one = _gpu_result([(10.0, 9.0, 11.0)], per_domain={"gpu": DomainEnergy(10.0, 9.0, 11.0, False),
+                                                       "cpu": DomainEnergy(4.0, 3.0, 5.0, False)})
+    three = _gpu_result([(14.0, 13.0, 15.0)] * 3, per_domain={"gpu": DomainEnergy(14.0, 13.0, 15.0, False),
+                                                               "cpu": DomainEnergy(8.0, 7.0, 10.0, True)})
+    merged = merge_domains([one, three])
+    assert list(merged) == ["gpu", "cpu"]
+    assert merged["gpu"] == DomainEnergy((10.0 + 3 * 14.0) / 4, (9.0 + 3 * 13.0) / 4, (11.0 + 3 * 15.0) / 4, False)
+    assert merged["cpu"] == DomainEnergy((4.0 + 3 * 8.0) / 4, (3.0 + 3 * 7.0) / 4, (5.0 + 3 * 10.0) / 4, True)
+    assert merge_domains([three])["cpu"] == DomainEnergy(8.0, 7.0, 10.0, True)
+
+
+def test_merging_gives_nothing_where_any_result_has_no_domains() -> None:
+    with_domains = _gpu_result([(1.0, 1.0, 1.0)], per_domain={"gpu": DomainEnergy(1.0, 1.0, 1.0, True)})
+    assert merge_domains([]) == {}
+    assert merge_domains([with_domains, _gpu_result([(1.0, 1.0, 1.0)])]) == {}
+    assert merge_domains([_gpu_result([(1.0, 1.0, 1.0)]), with_domains]) == {}
