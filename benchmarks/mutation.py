@@ -63,9 +63,9 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/meter/energy_meter.py": [*_METER, "tests/test_phases.py"],
     "pytest_gpuenergy/meter/results.py": _METER,
     "pytest_gpuenergy/meter/distributed.py": ["tests/test_meter.py"],
-    "pytest_gpuenergy/meter/attribution.py": [],
+    "pytest_gpuenergy/meter/attribution.py": ["tests/test_phase_design.py"],     # its PhaseTimeline lays out designs
     "pytest_gpuenergy/meter/phase_design.py": ["tests/test_attribution.py"],
-    "pytest_gpuenergy/meter/domains.py": ["tests/test_domains.py", "tests/test_powercap.py"],
+    "pytest_gpuenergy/meter/domains.py": [],                                      # tests/test_domains.py (powercap's do not reach it)
     "pytest_gpuenergy/gpu/knob.py": ["tests/test_capping.py", "tests/test_clocks_knob.py"],
     "pytest_gpuenergy/gpu/capping.py": _KNOBS,
     "pytest_gpuenergy/gpu/journal.py": [*_KNOBS, "tests/test_clocks_knob.py", "tests/test_clock_journal.py",
@@ -188,7 +188,8 @@ def run_module(module: str, jobs: int) -> tuple[dict[str, str], dict[str, Surviv
         config.write("\n[tool.mutmut]\n"
                      'source_paths = ["pytest_gpuenergy/"]\n'
                      f"only_mutate = [{json.dumps(module)}]\n"
-                     'also_copy = ["conftest.py", "reference_workloads/"]\n'
+                     # benchmarks/: tests/test_attribution.py takes its synthetic truth from phase_attribution.py
+                     'also_copy = ["conftest.py", "reference_workloads/", "benchmarks/"]\n'
                      f"pytest_add_cli_args_test_selection = {json.dumps(tests_of(module))}\n"
                      f'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout", "{TEST_TIMEOUT_S}"]\n')
     env = dict(os.environ, GPUENERGY_SIM_STATE=str(work / ".gpuenergy-sim"))
