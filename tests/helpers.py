@@ -292,3 +292,30 @@ def wide_runs(cases: int, *, moved: bool) -> list[RunDocument]:
     if moved:
         runs[-1] = replace(runs[-1], cases=tuple(replace(c, gpu_index=1) for c in runs[-1].cases))
     return runs
+
+
+# A training step's phases per call (ETS J, T s) as the simulated H100 makes them (tests/test_phases.py).
+STEP_PHASES = {"forward": (4.7, 0.008), "backward": (9.4, 0.016), "update": (0.88, 0.0055), "other": (1.02, 0.0064)}
+
+
+def with_phases(doc: RunDocument, *, scale: dict[str, float] | None = None, seed: int = 0, noise: float = 0.01,
+                bound: float = 0.08, told: bool = True) -> RunDocument:
+    """``doc`` with ``STEP_PHASES`` in every repetition of every case (``scale``: a phase's factor), each
+    figure with ``noise`` and a bound of ``bound`` either side (``told``: the fit could tell them apart)."""
+    from pytest_gpuenergy.meter.results import PhaseFigures
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for case in doc.cases:
+        reps = []
+        for rep in case.repetitions:
+            energies = {name: ets * (scale or {}).get(name, 1.0) * float(np.exp(rng.normal(0.0, noise)))
+                        for name, (ets, _) in STEP_PHASES.items()}
+            total_j, total_s = sum(energies.values()), sum(t for _, t in STEP_PHASES.values())
+            phases = {name: PhaseFigures(ets, ets * (1 - bound), ets * (1 + bound), STEP_PHASES[name][1],
+                                         ets / STEP_PHASES[name][1], STEP_PHASES[name][1] / total_s, ets / total_j, told,
+                                         "" if told else "always in the same proportions")
+                      for name, ets in energies.items()}
+            reps.append(replace(rep, phases=phases))
+        cases.append(replace(case, repetitions=tuple(reps)))
+    return replace(doc, cases=tuple(cases))

@@ -32,7 +32,7 @@ from pytest_gpuenergy.gate.verdicts import (
 )
 from pytest_gpuenergy.runs.store import RunStore
 
-from helpers import H100, H100_REAL, V100, make_doc, wide_runs
+from helpers import H100, H100_REAL, V100, make_doc, wide_runs, with_phases
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
@@ -436,3 +436,96 @@ def test_the_gate_learns_session_noise_from_the_saved_runs_before_the_baseline(t
     only_baseline = compare_documents(sessions[-1], new, GATE)            # what the gate knew before
     assert any("noise between sessions unknown" in note for note in only_baseline.notes)
     assert any(c.verdict == REGRESSION for c in only_baseline.cases if "alexnet" in c.case_id)
+
+
+# -- phases (energy_meter.phase): each phase's ETS decided with the fit's bounds ---------------------
+
+def _step_runs(update: float = 1.3, n: int = 3, **kwargs) -> tuple:
+    old = with_phases(make_doc(seed=1, workloads=("step",), caps_w=(300.0,), n=n), seed=1, **kwargs)
+    new = with_phases(make_doc(seed=2, workloads=("step",), caps_w=(300.0,), n=n, minutes=5),
+                      scale={"update": update}, seed=2, **kwargs)
+    return old, new
+
+
+def test_a_heavier_update_phase_is_named_and_no_other_phase():
+    old, new = _step_runs()
+    [case] = compare_documents(old, new, {"ets": 5.0}).cases
+    assert [m.phase for m in case.phases] == ["forward", "backward", "update", "other"]
+    assert {m.phase: m.verdict for m in case.phases} == {"forward": UNCHANGED, "backward": UNCHANGED,
+                                                         "update": INCREASE, "other": UNCHANGED}
+    update = case.phase("update")
+    assert update is not None and update.change_pct == pytest.approx(30.0, abs=3.0)
+    assert update.old_n == update.new_n == 3 and update.threshold_pct is None and not update.gated
+    assert update.key == "phase.ets" and update.label == "update ETS" and update.domain == "gpu"
+    assert update.reason.startswith("+") and "n=3/3" in update.reason and "not gated" in update.reason
+    assert case.metric("ets") is case.metrics[0] and case.metric("phase.ets") is None and case.phase("data") is None
+    assert case.verdict != REGRESSION      # an ungated phase never fails the case
+
+
+def test_phase_ets_gates_each_phase_and_names_the_one_that_regressed():
+    old, new = _step_runs()
+    comparison = compare_documents(old, new, {"ets": 5.0, "phase.ets": 10.0})
+    [case] = comparison.cases
+    assert comparison.failed and case.verdict == REGRESSION
+    assert [m.label for m in case.regressed_metrics] == ["update ETS"]
+    assert case.phase("update").threshold_pct == 10.0 and case.phase("forward").verdict == UNCHANGED
+    lighter = compare_documents(*_step_runs(update=0.7), {"phase.ets": 10.0}).cases[0]
+    assert lighter.verdict == IMPROVEMENT and lighter.phase("update").verdict == IMPROVEMENT
+
+
+def test_a_phase_change_its_bounds_can_explain_is_inconclusive():
+    """Bounds of ±20 % overlap between 0.88 J and 1.14 J; phases the fit could not tell apart have such bounds."""
+    old, new = _step_runs(bound=0.2)
+    [case] = compare_documents(old, new, {"phase.ets": 10.0}).cases
+    update = case.phase("update")
+    assert update.verdict == INCONCLUSIVE and case.verdict == INCONCLUSIVE
+    assert "within the two measurements' own error bounds" in update.reason
+    assert "the meter's bounds: baseline 0.7" in update.reason
+
+
+def test_one_repetition_decides_a_phase_by_the_threshold_and_the_bounds():
+    old, new = _step_runs(n=1)
+    [case] = compare_documents(old, new, {"phase.ets": 10.0}).cases
+    update = case.phase("update")
+    assert update.method == THRESHOLD_ONLY and update.verdict == REGRESSION and update.old_n == 1
+    assert {m.phase: m.verdict for m in case.phases if m.phase != "update"} == dict.fromkeys(
+        ("forward", "backward", "other"), UNCHANGED)
+    old, new = _step_runs(n=1, bound=0.2)
+    assert compare_documents(old, new, {"phase.ets": 10.0}).cases[0].phase("update").verdict == INCONCLUSIVE
+
+
+def test_phases_in_one_run_only_are_said_not_compared():
+    old, new = _step_runs()
+    bare = make_doc(seed=3, workloads=("step",), caps_w=(300.0,), n=3, minutes=9)
+    [case] = compare_documents(old, bare, {}).cases
+    assert case.phases == () and case.notes[-1] == ("phases not compared: this run has no phase marks "
+                                                    "(energy_meter.phase) in this case")
+    [case] = compare_documents(bare, new, {}).cases
+    assert case.notes[-1] == "phases not compared: the baseline has no phase marks (energy_meter.phase) in this case"
+    [case] = compare_documents(make_doc(seed=1, workloads=("step",), caps_w=(300.0,), n=3), bare, {}).cases
+    assert not any("phase" in note for note in case.notes)
+
+    def renamed(doc, names):
+        cases = [replace(c, repetitions=tuple(replace(r, phases={names.get(k, k): v for k, v in r.phases.items()})
+                                              for r in c.repetitions)) for c in doc.cases]
+        return replace(doc, cases=tuple(cases))
+
+    [case] = compare_documents(renamed(old, {"forward": "fwd", "backward": "bwd"}), renamed(new, {"other": "data"}), {}).cases
+    assert [m.phase for m in case.phases] == ["update"]
+    assert case.notes[-2:] == ("phases fwd, bwd, other only in the baseline: not compared",
+                               "phases forward, backward, data only in this run: not compared")
+    [case] = compare_documents(renamed(old, {"other": "data"}), new, {}).cases
+    assert case.notes[-2:] == ("phase data only in the baseline: not compared", "phase other only in this run: not compared")
+
+
+def test_the_saved_runs_give_each_phase_its_session_noise(tmp_path):
+    store = RunStore(tmp_path / ".energy")
+    for seed in range(4):
+        store.save(with_phases(make_doc(seed=seed, workloads=("step",), caps_w=(300.0,), n=3, minutes=seed),
+                               seed=seed, noise=0.02))
+    new = with_phases(make_doc(seed=9, workloads=("step",), caps_w=(300.0,), n=3, minutes=30),
+                      scale={"update": 1.3}, seed=9, noise=0.02)
+    [case] = baseline_comparison(store, new, thresholds={"phase.ets": 10.0}).cases
+    update = case.phase("update")
+    assert "from 4 runs" in update.reason and update.verdict == REGRESSION
+    assert "from 4 runs" in case.phase("forward").reason

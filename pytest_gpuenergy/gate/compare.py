@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
@@ -15,7 +16,7 @@ from ..runs.shards import case_baseline
 from ..runs.store import RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
-from .settings import DEFAULT_CONFIDENCE, DOMAIN_METRICS, check_confidence, check_thresholds
+from .settings import DEFAULT_CONFIDENCE, DOMAIN_METRICS, PHASE_METRIC, check_confidence, check_thresholds
 from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, Verdict
 
 #: The baseline and at most this many runs before it inform the estimate of noise between sessions.
@@ -198,9 +199,10 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
         for m in METRICS
     )
     domains, domain_notes = _domain_changes(old, new, thresholds, confidence)
-    metrics += domains
+    phases, phase_notes = _phase_changes(old, new, thresholds.get(PHASE_METRIC), confidence, saved)
+    metrics += domains + phases
     return CaseComparison(new.key, new.test, new.cap, new.gpu_name, COMPARED, metrics,
-                          _case_verdict(metrics), old, new, (*_case_notes(old, new), *domain_notes))
+                          _case_verdict(metrics), old, new, (*_case_notes(old, new), *domain_notes, *phase_notes))
 
 
 def _domain_changes(old: CaseEntry, new: CaseEntry, thresholds: Mapping[str, float],
@@ -228,6 +230,50 @@ def _domain_changes(old: CaseEntry, new: CaseEntry, thresholds: Mapping[str, flo
         change = decide(metric, [before.ets_j], [after.ets_j], thresholds[key], confidence, bounds=bounds)
         changes.append(replace(change, domain=domain))
     return tuple(changes), notes
+
+
+def _phase_changes(old: CaseEntry, new: CaseEntry, threshold_pct: float | None, confidence: float,
+                   saved: Sequence[CaseEntry] = ()) -> tuple[tuple[MetricChange, ...], list[str]]:
+    """Each phase marked in both runs (``energy_meter.phase``): its ETS per call, decided as a metric is.
+
+    The samples are the repetitions' own figures for the phase (each repetition's fit: n = the
+    repetitions on each side, so one repetition is decided by the threshold alone), the session noise
+    is that of the phase in the saved runs, and the bounds are the fit's: a change the two phases'
+    bounds can explain (they overlap, as they always do for phases the fit could not tell apart) is
+    never a regression nor an improvement. ``phase.ets`` gates them; without it they are reported
+    (``increase``/``decrease``), never failing the case.
+    """
+    before, after = old.phases, new.phases
+    if before is None and after is None:
+        return (), []
+    if before is None or after is None:
+        which = "the baseline" if before is None else "this run"
+        return (), [f"phases not compared: {which} has no phase marks (energy_meter.phase) in this case"]
+    changes = []
+    for name in after:
+        if name not in before:
+            continue
+        samples = [_phase_samples(case, name) for case in (old, new)]
+        change = decide("ets", samples[0], samples[1], threshold_pct, confidence,
+                        SessionNoise.estimate([_phase_samples(case, name) for case in saved]),
+                        (_phase_bounds(old, name), _phase_bounds(new, name)))
+        changes.append(replace(change, phase=name))
+    only = [(which, [n for n in one if n not in other])
+            for which, one, other in (("the baseline", before, after), ("this run", after, before))]
+    notes = [f"phase{'s' if len(names) > 1 else ''} {', '.join(names)} only in {which}: not compared"
+             for which, names in only if names]
+    return tuple(changes), notes
+
+
+def _phase_samples(entry: CaseEntry, name: str) -> list[float]:
+    """The phase's ETS per call in each repetition that has it."""
+    return [rep.phases[name].ets_j for rep in entry.repetitions if rep.phases is not None and name in rep.phases]
+
+
+def _phase_bounds(entry: CaseEntry, name: str) -> tuple[float, float]:
+    """The fit's bound on the phase's mean ETS: the mean of the repetitions' bounds (as a region's)."""
+    figures = [rep.phases[name] for rep in entry.repetitions if rep.phases is not None and name in rep.phases]
+    return statistics.fmean(f.ets_low_j for f in figures), statistics.fmean(f.ets_high_j for f in figures)
 
 
 def _case_verdict(metrics: Sequence[MetricChange]) -> Verdict:

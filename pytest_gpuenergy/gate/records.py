@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from ..metrics import METRIC_LABELS
 from ..runs.records import CaseEntry, RunDocument, commit_text, model_label
 from .settings import DEFAULT_CONFIDENCE, threshold_label
 from .verdicts import (
@@ -44,15 +45,19 @@ class MetricChange:
     method: str = WELCH
     hint: str = ""                 # for an inconclusive verdict: what would tell
     domain: str = "gpu"            # --energy-domains: "gpu" (the case's GPUs), or the host's "cpu", "dram", "node"
+    phase: str = ""                # energy_meter.phase(): the phase whose ETS this is ("" for the whole region)
 
     @property
     def key(self) -> str:
-        """How ``--energy-fail`` names it: ``ets``, or ``node.ets`` for a host domain's."""
+        """How ``--energy-fail`` names it: ``ets``, ``node.ets`` for a host domain's, ``phase.ets`` for a phase's."""
+        if self.phase:
+            return f"phase.{self.metric}"
         return self.metric if self.domain == "gpu" else f"{self.domain}.{self.metric}"
 
     @property
     def label(self) -> str:
-        return threshold_label(self.key)
+        """``ETS``, ``node ETS``, or the phase by its name: ``update ETS``."""
+        return f"{self.phase} {METRIC_LABELS[self.metric]}" if self.phase else threshold_label(self.key)
 
     @property
     def gated(self) -> bool:
@@ -126,8 +131,17 @@ class CaseComparison:
         return any(e is not None and e.simulated for e in (self.old, self.new))
 
     def metric(self, name: str) -> MetricChange | None:
-        """``ets``, ``time``, ``edp`` (the GPUs'), or a host domain's ``node.ets``."""
-        return next((m for m in self.metrics if m.key == name), None)
+        """``ets``, ``time``, ``edp`` (the GPUs'), or a host domain's ``node.ets`` (a phase's: ``phase``)."""
+        return next((m for m in self.metrics if m.key == name and not m.phase), None)
+
+    @property
+    def phases(self) -> tuple[MetricChange, ...]:
+        """The ETS change of each phase marked in both runs (``energy_meter.phase``), in the new run's order."""
+        return tuple(m for m in self.metrics if m.phase)
+
+    def phase(self, name: str) -> MetricChange | None:
+        """The change of the phase ``name`` (None: not marked in both runs)."""
+        return next((m for m in self.metrics if m.phase == name), None)
 
     @property
     def regressed_metrics(self) -> tuple[MetricChange, ...]:

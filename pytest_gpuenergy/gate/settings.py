@@ -19,7 +19,9 @@ STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 # Host domains the gate compares (--energy-domains): their ETS per call, as ``node.ets:5%``.
 DOMAIN_METRICS = ("cpu.ets", "dram.ets", "node.ets")
-GATED = (*METRICS, *DOMAIN_METRICS)
+# Each phase's ETS per call (``energy_meter.phase``), as ``phase.ets:10%``: without it phases are reported, not gated.
+PHASE_METRIC = "phase.ets"
+GATED = (*METRICS, *DOMAIN_METRICS, PHASE_METRIC)
 
 
 
@@ -34,7 +36,8 @@ _THRESHOLD_ITEM = re.compile(r"\s*([A-Za-z]+(?:\.[A-Za-z]+)?)\s*[:=]\s*([0-9]*\.
 
 def parse_thresholds(text: str, *, source: str = "--energy-fail") -> dict[str, float]:
     """``"ets:5%,edp:10%,time:5%"`` -> ``{"ets": 5.0, "edp": 10.0, "time": 5.0}`` (per cent); a host
-    domain's ETS as ``node.ets:5%`` (also ``cpu.ets``, ``dram.ets``; measured with --energy-domains).
+    domain's ETS as ``node.ets:5%`` (also ``cpu.ets``, ``dram.ets``; measured with --energy-domains); each
+    marked phase's ETS as ``phase.ets:10%``.
 
     Every mistake names the item and the valid form, prefixed by ``source`` (the option).
     """

@@ -34,7 +34,8 @@ from .digest import (
     title_text,
 )
 from .numbers import cap_sort_key, run_energy_text, short_names
-from .plots import heatmap_svg, legend_svg, pareto_svg, sweep_svg
+from .phase_changes import PHASE_COLUMNS, PHASE_HEADING, compared_phases, phase_rows
+from .plots import heatmap_svg, legend_svg, pareto_svg, phase_shares_svg, sweep_svg
 from .sweep import OPTIMISED, Sweep, sweeps, workload_key
 
 _CSS = """
@@ -140,6 +141,7 @@ def comparison_section(report: Digest, plot_ids: dict[tuple[str, str, int], str]
         parts.append(_changes_table(report, report.changed, plot_ids))
     elif comparison.cases:
         parts.append("<p>No case changed beyond its threshold.</p>")
+    parts.append(_phases_table(report))
     parts.append(_folded(report, plot_ids))
     parts.append(_context(report))
     return "".join(parts) + "</section>"
@@ -163,6 +165,29 @@ def _changes_table(report: Digest, rows: Sequence, plot_ids: dict[tuple[str, str
         out.append(f"<td>{link}</td>")
         body.append(f'<tr class="{escape(case.verdict)}">{"".join(out)}</tr>')
     return f'<div class="scroll"><table class="changes"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _phases_table(report: Digest) -> str:
+    """The phases that changed (``energy_meter.phase``), verdict first; a line when none did."""
+    rows = phase_rows(report)
+    if not rows:
+        compared = compared_phases(report)
+        return f"<p>Phases compared in {compared} case{'s' if compared != 1 else ''}: none changed.</p>" if compared else ""
+    head = "".join(f"<th>{escape(c)}</th>" for c in PHASE_COLUMNS)
+    body = []
+    for row in rows:
+        cells = row.cells()
+        out = []
+        for column in PHASE_COLUMNS:
+            text = escape(cells[column])
+            if column == "test":
+                text = f'<code title="{escape(row.case.case_id)}">{text}</code>'
+            css = "verdict" if column == "verdict" else "num" if column in ("old", "new", "change", "interval") else ""
+            out.append(f'<td class="{css}" data-label="{column}">{text}</td>')
+        body.append(f'<tr class="{escape(row.change.verdict)}">{"".join(out)}</tr>')
+    return (f"<h3>{escape(PHASE_HEADING[0].upper() + PHASE_HEADING[1:])}</h3>"
+            f'<div class="scroll"><table class="changes"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _folded(report: Digest, plot_ids: dict[tuple[str, str, int], str]) -> str:
@@ -259,11 +284,33 @@ def run_section(doc: RunDocument, baseline: RunDocument | None = None,
     cards = [sweep_card(doc, s, old.get((s.workload, s.gpu_index)), names[s.workload], regressed or set())
              for s in found]
     parts.append('<div class="grid">' + "".join(cards) + "</div>")
+    parts.append(phases_part(doc))
     parts.append(_details(f"All results ({len(doc.cases)} cases)", _results_table(doc)))
     parts.append(f'<p class="note">{escape(run_energy_text(doc))}.</p>')
     if doc.simulated:
         parts.append(f"<p class=\"note\">{escape(SIM_FOOTNOTE)}</p>")
     return "".join(parts) + "</section>"
+
+
+def phases_part(doc: RunDocument) -> str:
+    """Each case with phase marks: its phases' shares of energy beside their shares of time (none: "")."""
+    phased = [entry for entry in doc.cases if entry.phases]
+    if not phased:
+        return ""
+    names = short_names(workload_key(e.case_id, e.cap) for e in phased)
+    cards = []
+    for entry in phased:
+        assert entry.phases is not None
+        name = f"{names[workload_key(entry.case_id, entry.cap)]} [{entry.cap}]" + (f" GPU {entry.gpu_index}" if entry.gpu_index else "")
+        element_id = "phases-" + slug(f"{doc.gpu_model}-{doc.backend}-{entry.gpu_index}-{entry.case_id}-{entry.cap}")
+        svg = phase_shares_svg(name, entry.phases, simulated=entry.simulated, element_id=element_id)
+        cards.append(f'<div class="card">{svg}<p class="note"><code>{escape(entry.case_id)}</code></p></div>')
+    return ("<h3>Phases: where each region's energy goes</h3>"
+            '<p class="note">Per test with phase marks (energy_meter.phase; other: the unmarked rest), each phase\'s '
+            "share of the region's energy (blue, with the fit's bound) beside its share of the time (grey): a blue bar "
+            "longer than its grey one is a phase that draws more than the region's mean power. Hatched: phases the fit "
+            "could not tell apart.</p>"
+            '<div class="grid">' + "".join(cards) + "</div>")
 
 
 def sweep_card(doc: RunDocument, sweep: Sweep, baseline: Sweep | None, name: str,

@@ -5,6 +5,10 @@ conclusions: per case the means, per workload the optimal caps with their caveat
 compared case each metric's change, bounds and verdict. Its own ``format``/``version`` pair lets
 readers check what they got. Undefined figures are ``null`` (JSON has no NaN).
 
+Within version 2, a compared case whose phases (``energy_meter.phase``) are in both runs also has
+``phases`` (each phase's ETS change, as a metric's), and ``summary.phase_changes`` lists the phases
+that changed (case, phase, verdict, change): keys added, none changed.
+
 Version 2 (from version 1): verdicts ``inconclusive`` and ``unchanged`` replace ``noise``; each
 metric has a ``hint``; each comparison has ``summary`` (the counts line's counts, the changed and
 inconclusive case ids in the reports' order, the skipped caps); each optimum says whether it is
@@ -23,6 +27,7 @@ from ..gate.records import WELCH, CaseComparison, Comparison, MetricChange, RunI
 from ..runs.records import RunDocument
 from .digest import digest, skipped_caps
 from .numbers import JOULES_PER_KWH, run_energy_j
+from .phase_changes import phase_rows
 from .sweep import OPTIMISED, optimum_data, sweeps, workload_key
 
 REPORT_FORMAT = "pytest-gpuenergy-report"
@@ -100,6 +105,9 @@ def comparison_data(comparison: Comparison, new_doc: RunDocument | None = None) 
             "inconclusive": [_key(r.case) for r in report.inconclusive],
             "inconclusive_hint": report.hint() or None,
             "skipped": [vars(item) for item in report.skipped],
+            "phase_changes": [{"case_id": r.case.case_id, "cap": r.case.cap, "gpu_index": r.case.gpu_index,
+                               "phase": r.change.phase, "verdict": r.change.verdict, "change_pct": r.change.change_pct}
+                              for r in phase_rows(report)],
         },
     }
 
@@ -122,7 +130,8 @@ def _case(case: CaseComparison) -> dict[str, Any]:
     return {
         "case_id": case.case_id, "test": case.test, "cap": case.cap, "gpu_index": case.gpu_index,
         "gpu_name": case.gpu_name, "simulated": case.simulated, "status": case.status, "verdict": case.verdict,
-        "notes": list(case.notes), "metrics": {m.key: _metric(m) for m in case.metrics},
+        "notes": list(case.notes), "metrics": {m.key: _metric(m) for m in case.metrics if not m.phase},
+        **({"phases": {m.phase: _metric(m) for m in case.phases}} if case.phases else {}),
     }
 
 

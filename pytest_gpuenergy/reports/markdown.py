@@ -30,6 +30,7 @@ from .digest import (
     title_text,
 )
 from .numbers import run_energy_text, short_names
+from .phase_changes import PHASE_COLUMNS, PHASE_HEADING, compared_phases, phase_rows
 from .sweep import OPTIMISED, sweeps
 
 SIM_WARNING = "> **Simulated**: these figures come from the GPU simulator, not from a real GPU."
@@ -72,9 +73,22 @@ def comparison_markdown(comparison: Comparison, skipped: Sequence = ()) -> list[
         lines.append("")
     elif comparison.cases:
         lines += ["No case changed beyond its threshold.", ""]
+    lines += phases_markdown(report)
     lines += _folded(report)
     lines += [_context(report), ""]
     return lines
+
+
+def phases_markdown(report: Digest) -> list[str]:
+    """The phases that changed (``energy_meter.phase``), a row each; a line when none did."""
+    rows = phase_rows(report)
+    if not rows:
+        compared = compared_phases(report)
+        return [f"Phases compared in {compared} case{'s' if compared != 1 else ''}: none changed.", ""] if compared else []
+    cells = [row.cells() for row in rows]
+    return [f"**{PHASE_HEADING[0].upper()}{PHASE_HEADING[1:]}**", ""] + table(
+        PHASE_COLUMNS, [[c[h] for h in PHASE_COLUMNS] for c in cells], code_columns=(1,),
+        right=[i for i, c in enumerate(PHASE_COLUMNS) if c in _RIGHT], bold_columns=(0,)) + [""]
 
 
 def _outcome(report: Digest) -> str:

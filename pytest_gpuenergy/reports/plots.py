@@ -5,6 +5,8 @@
   scale (PuOr); regressed cases outlined in black, suspect figures hatched.
 - **Pareto view** (``pareto_svg``): per workload, ETS against T across its caps, one line per
   GPU model; the caps no other cap beats in both are filled, the default limit is a star.
+- **Phases** (``phase_shares_svg``): per test with phase marks, each phase's share of the
+  region's energy (with the fit's bound) beside its share of the time.
 - **Sweep** (``sweep_svg``): per workload, ETS, T and EDP against the enforced limit, with the
   repetitions' spread, the default limit dashed, the baseline in grey, the energy-optimal cap
   in a ring and the EDP-optimal cap in a larger square (concentric, so neither hides the
@@ -19,10 +21,14 @@ use ``EngFormatter`` (``400 µJ``, ``1.2 kJ``), never ``5e-05``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .svg import figure_svg, new_figure, rc_context
 from .sweep import Optimum, Sweep, SweepPoint
+
+if TYPE_CHECKING:
+    from ..meter.results import PhaseFigures
 
 METRICS = (("ets", "ETS", "J"), ("time", "T", "s"), ("edp", "EDP", "J s"))
 COLOURS = {"ets": "#0072B2", "time": "#009E73", "edp": "#D55E00"}     # Okabe-Ito blue, green, vermillion
@@ -233,3 +239,52 @@ def _pareto_front(points: Sequence[SweepPoint]) -> set[int]:
                    for q in points):
             front.add(id(p))
     return front
+
+
+# -- phases ----------------------------------------------------------------------------------------
+
+TIME_SHARE_COLOUR = "#b4b4b4"       # grey: the reference the energy is read against
+ENERGY_SHARE_COLOUR = "#0072B2"     # Okabe-Ito blue, as ETS in the sweeps
+
+
+def phase_shares_svg(name: str, phases: Mapping[str, PhaseFigures], *, simulated: bool, element_id: str) -> str:
+    """Per phase, its share of the region's energy (with the fit's bound) beside its share of time.
+
+    One pair of bars per phase, in the order the phases first appear: a phase whose energy bar is
+    longer than its time bar draws more than the region's mean power. A phase the fit could not tell
+    apart from the others is hatched and says so in its label.
+    """
+    names = list(phases)
+    total_j = math.fsum(f.ets_j for f in phases.values())
+    with rc_context():
+        fig = new_figure(3.6, 0.75 + 0.42 * len(names))
+        ax = fig.add_subplot()
+        rows = range(len(names))
+        times = [100.0 * phases[n].time_share for n in names]
+        energies = [100.0 * phases[n].energy_share for n in names]
+        lows = [max(0.0, e - 100.0 * phases[n].ets_low_j / total_j) if total_j > 0 else 0.0 for n, e in zip(names, energies)]
+        highs = [max(0.0, 100.0 * phases[n].ets_high_j / total_j - e) if total_j > 0 else 0.0 for n, e in zip(names, energies)]
+        ax.barh([r - 0.19 for r in rows], times, height=0.36, color=TIME_SHARE_COLOUR, label="share of time")
+        bars = ax.barh([r + 0.19 for r in rows], energies, height=0.36, color=ENERGY_SHARE_COLOUR,
+                       xerr=[lows, highs], error_kw={"elinewidth": 1.0, "capsize": 2, "ecolor": "#1d1d1f"},
+                       label="share of energy, with its bound")
+        for bar, n in zip(bars, names):
+            if not phases[n].distinguishable:
+                bar.set_hatch("///")
+                bar.set_edgecolor("#ffffff")
+        right = max([*times, *(e + h for e, h in zip(energies, highs)), 1.0])
+        for r, t, e, h in zip(rows, times, energies, highs):
+            ax.text(t + 0.01 * right, r - 0.19, f"{t:.0f} %", va="center", fontsize=7.5, color="#3a3a3a")
+            ax.text(e + h + 0.01 * right, r + 0.19, f"{e:.0f} %", va="center", fontsize=7.5, color="#1d1d1f")
+        ax.set_yticks(list(rows), labels=[n if phases[n].distinguishable else f"{n} (not told apart)" for n in names])
+        ax.invert_yaxis()
+        ax.set_xlim(0, right * 1.18)
+        ax.set_xlabel("share of the region (%)")
+        ax.tick_params(axis="y", length=0)
+        ax.grid(True, axis="x", color="#e6e6e6", linewidth=0.6)
+        ax.set_axisbelow(True)
+        fig.legend(loc="outside lower center", ncol=2, frameon=False, fontsize=7.5)
+        fig.suptitle(f"{name}{' (simulated)' if simulated else ''}", fontsize=8.5, fontweight="bold")
+    shares = "; ".join(f"{n} {t:.0f} % of the time, {e:.0f} % of the energy" for n, t, e in zip(names, times, energies))
+    return figure_svg(fig, f"{name}{' (simulated)' if simulated else ''}: each phase's share of the energy beside its "
+                           f"share of the time: {shares}", element_id=element_id, css_class="plot phases")

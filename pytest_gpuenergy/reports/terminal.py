@@ -31,6 +31,7 @@ from .digest import (
     title_text,
 )
 from .numbers import cap_sort_key, elide, kwh_text, short_names, si
+from .phase_changes import phase_lines
 from .sweep import workload_key
 
 DEFAULT_WIDTH = 80
@@ -121,6 +122,8 @@ def comparison_lines(comparison: Comparison, width: int | None = None, skipped: 
     if report.changed:
         rows = [[row.cells()[c] for c in CHANGE_COLUMNS] for row in report.changed]
         lines += fit_table(CHANGE_TABLE, rows, width)
+    for line in phase_lines(report):
+        lines += wrap(line.lstrip(), width, line[:len(line) - len(line.lstrip())])
     lines += _folded_lines(report, width)
     lines += _context_lines(report, width)
     for detail in regression_details(comparison):
