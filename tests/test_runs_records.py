@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +66,13 @@ def test_a_case_placed_without_a_slot_outcome_or_domains_is_the_first_gpu_and_pa
     entry = CaseEntry.from_gpu_result("t.py::test_a", _gpu())
     assert (entry.gpu_slot, entry.outcome, dict(entry.per_domain), entry.passed) == (0, "passed", {}, True)
     assert dict(CaseEntry.from_gpu_result("t.py::test_a", _gpu(), per_domain=None).per_domain) == {}
+
+
+def test_a_case_made_directly_is_the_first_gpu_passed_and_without_domains_and_can_be_hashed():
+    gpu = _gpu()
+    entry = CaseEntry(**{f.name: getattr(gpu, f.name) for f in fields(GpuResult)}, case_id="t.py::test_a", test="t.py::test_a")
+    assert (entry.gpu_slot, entry.outcome, dict(entry.per_domain)) == (0, "passed", {})
+    assert hash(_entry()) == hash(_entry()) and len({_entry(), _entry(), _entry(outcome="passed")}) == 2
 
 
 def test_a_case_is_known_across_runs_by_its_id_cap_and_place_not_its_gpu_index():
@@ -152,7 +160,7 @@ def test_a_listing_line_says_id_date_model_cases_and_commit():
 
 def test_a_document_keeps_where_it_came_from_out_of_its_equality():
     doc = _doc()
-    assert replace(doc, path=None) == replace(doc, sources=("a", "b"))
+    assert replace(doc, path=Path("a.json")) == replace(doc, path=Path("b.json"), sources=("a", "b"))
     assert doc.path is None and doc.sources == ()
 
 
