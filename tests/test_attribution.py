@@ -16,9 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import t as student_t
 
 from pytest_gpuenergy.errors import MeasurementError
-from pytest_gpuenergy.meter.attribution import OTHER, _bounded_lstsq, attribute_phases, publication_arrays
+from pytest_gpuenergy.meter.attribution import (
+    OTHER,
+    Attribution,
+    PhaseEnergy,
+    PhaseTimeline,
+    _adjusted_to,
+    _bounded_lstsq,
+    attribute_phases,
+    publication_arrays,
+)
 from pytest_gpuenergy.meter.integrate import Publication
 from pytest_gpuenergy.meter.phase_design import (
     _largest_empty_arc,
@@ -338,3 +348,215 @@ def test_the_benchmark_writes_its_figures_labelled_simulated(tmp_path):
     assert result["simulated"] is True and result["machine"]["gpu"].startswith("simulated GPU: synthetic")
     assert len(result["region_needed"]) == 16
     assert all(f["bound_holds_share"] == 1.0 for r in result["rows"] for f in r["phases"].values())
+
+
+# -- the fit's parts against figures worked out independently ---------------------------------------
+
+def _overlap_s(spans: list[tuple[float, float]], start: float, end: float) -> float:
+    """Time the spans cover in [start, end], summed span by span (the oracle: no searchsorted)."""
+    return sum(max(0.0, min(e, end) - max(s, start)) for s, e in spans)
+
+
+def _coverage(timeline: list[tuple[str, float, float]], names: list[str], times: np.ndarray) -> np.ndarray:
+    spans = {n: [(s, e) for m, s, e in timeline if m == n] for n in names}
+    return np.array([[_overlap_s(spans[n], times[i], times[i + 1]) for n in names] for i in range(len(times) - 1)])
+
+
+def _alternating(n: int, period_s: float, rng: np.random.Generator, length_s: tuple[float, float] = (0.007, 0.023),
+                 ) -> list[tuple[str, float, float]]:
+    """Phases a and b one after the other with random lengths, over n periods: the publications fall
+    in either."""
+    timeline, now, name = [], 0.0, "a"
+    while now < n * period_s:
+        length = float(rng.uniform(*length_s))
+        timeline.append((name, now, min(now + length, n * period_s)))
+        now, name = now + length, "b" if name == "a" else "a"
+    return timeline
+
+
+def _energies(timeline: list[tuple[str, float, float]], times: np.ndarray, powers_w: dict[str, float],
+              noise_j: np.ndarray | None = None) -> np.ndarray:
+    """The cumulative counter at each time: each phase at its power, plus any noise per window."""
+    windows = _coverage(timeline, list(powers_w), times) @ np.array(list(powers_w.values()))
+    if noise_j is not None:
+        windows = windows + noise_j
+    return np.concatenate(([0.0], np.cumsum(windows)))
+
+
+def _attribute(timeline, times, energies, **kwargs):
+    figures = {"t0_s": float(times[0]), "t1_s": float(times[-1]), "ets_j": float(energies[-1] - energies[0]),
+               "ets_low_j": 0.0, "ets_high_j": 1e6, "calls": 1, "max_power_w": 1e4, **kwargs}
+    return attribute_phases(times, energies, timeline, **figures)
+
+
+def test_exact_windows_leave_only_the_counters_resolution_in_the_bound():
+    rng = np.random.default_rng(11)
+    times = np.arange(41) * 0.1
+    timeline = _alternating(40, 0.1, rng)
+    energies = _energies(timeline, times, {"a": 300.0, "b": 100.0})
+    result = _attribute(timeline, times, energies, resolution_j=0.01)
+    a = _coverage(timeline, ["a", "b"], times)
+    # a window's energy is known to r: pushed through the fit as a worst case, |pinv(A)| summed by row
+    resolution_w = np.abs(np.linalg.pinv(a)).sum(axis=1) * 0.01
+    for j, (name, power_w) in enumerate((("a", 300.0), ("b", 100.0))):
+        phase = result[name]
+        assert phase.power_w == pytest.approx(power_w, rel=1e-9) and phase.told_apart
+        assert phase.power_low_w == pytest.approx(power_w - resolution_w[j], rel=1e-6)
+        assert phase.power_high_w == pytest.approx(power_w + resolution_w[j], rel=1e-6)
+        assert phase.time_s == pytest.approx(a[:, j].sum(), rel=1e-12)
+        assert phase.ets_j == pytest.approx(power_w * a[:, j].sum(), rel=1e-9)
+    assert result.windows == 40 and result.notes == ()
+
+
+def test_a_dating_error_adds_the_larger_move_of_the_fit_with_every_publication_moved_and_its_attenuation():
+    rng = np.random.default_rng(12)
+    times, d_s = np.arange(61) * 0.1, 2e-4
+    timeline = _alternating(60, 0.1, rng)
+    powers = {"a": 300.0, "b": 100.0}
+    energies = _energies(timeline, times, powers)
+    result = _attribute(timeline, times, energies, resolution_j=1e-12, dating_error_s=d_s)
+    a = _coverage(timeline, ["a", "b"], times)
+    fitted = np.linalg.lstsq(a, np.diff(energies), rcond=None)[0]
+    moved_w = np.maximum(*(np.abs(np.linalg.lstsq(_coverage(timeline, ["a", "b"], times + s), np.diff(energies),
+                                                  rcond=None)[0] - fitted) for s in (d_s, -d_s)))
+    # each publication's error is uniform in +-d (variance d^2/3), counted once per window it bounds
+    under = [next(name for name, s, e in timeline if s <= t < e or (t == times[-1] and e == t)) for t in times]
+    edge_s2 = np.array([sum((1 if i in (0, len(times) - 1) else 2) * d_s ** 2 / 3 for i, u in enumerate(under) if u == n)
+                        for n in powers])
+    attenuation_w = np.abs(np.linalg.inv(a.T @ a) @ (edge_s2 * fitted))
+    half_w = moved_w + attenuation_w + np.abs(np.linalg.pinv(a)).sum(axis=1) * 1e-12
+    assert np.all(moved_w > 0.01) and np.all(attenuation_w > 1e-4)
+    for j, name in enumerate(powers):
+        phase = result[name]
+        assert phase.power_w == pytest.approx(fitted[j], rel=1e-9)
+        assert (phase.power_high_w - phase.power_low_w) / 2 == pytest.approx(half_w[j], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize(("windows", "per_cluster"), [(9, 3), (40, 3)])
+def test_phases_longer_than_half_a_window_take_windows_together_in_the_bound(windows, per_cluster):
+    # Occurrences of 110-140 ms under 100 ms windows: windows that share one share its deviation, so
+    # runs of ceil(2 x 140 / 100) = 3 windows count as one. With fewer such runs than two phases and
+    # two degrees of freedom (9 windows: 3 runs), the textbook variance is taken that many times over.
+    rng = np.random.default_rng(13)
+    times = np.arange(windows + 1) * 0.1
+    timeline = _alternating(windows, 0.1, rng, (0.11, 0.14))
+    longest_s = max(e - s for _, s, e in timeline if e < times[-1])
+    assert math.ceil(2 * longest_s / 0.1) == per_cluster
+    noise_j = rng.normal(0, 0.5, windows)
+    energies = _energies(timeline, times, {"a": 300.0, "b": 100.0}, noise_j)
+    result = _attribute(timeline, times, energies, resolution_j=1e-12)
+    a = _coverage(timeline, ["a", "b"], times)
+    e = np.diff(energies)
+    fitted = np.linalg.lstsq(a, e, rcond=None)[0]
+    residual = e - a @ fitted
+    inverse = np.linalg.inv(a.T @ a)
+    n, k = a.shape
+    ols = residual @ residual / (n - k) * np.diag(inverse)
+    clusters = math.ceil(n / per_cluster)
+    if clusters >= k + 2:
+        scores = np.array([(a * residual[:, None])[c * per_cluster:(c + 1) * per_cluster].sum(axis=0)
+                           for c in range(clusters)])
+        meat = scores.T @ scores * clusters / (clusters - 1) * (n - 1) / (n - k)
+        variance, dof = np.maximum(ols, np.diag(inverse @ meat @ inverse)), min(n - k, clusters - 1)
+    else:
+        variance, dof = ols * per_cluster, n - k
+    half_w = student_t.ppf(0.995, dof) * np.sqrt(variance)
+    for j, name in enumerate("ab"):
+        phase = result[name]
+        assert phase.power_w == pytest.approx(fitted[j], rel=1e-9)
+        assert (phase.power_high_w - phase.power_low_w) / 2 == pytest.approx(half_w[j], rel=1e-6)
+
+
+# -- the phase timeline ------------------------------------------------------------------------------
+
+def _line() -> PhaseTimeline:
+    # given out of order: a phase's place is where it first appears in time
+    return PhaseTimeline([("b", 0.3, 0.35), ("a", 0.5, 0.6), ("a", 0.1, 0.2)], 0.0, 1.0)
+
+
+def test_the_timeline_adds_up_each_phases_time_up_to_any_moment_and_the_rest_is_other():
+    line = _line()
+    assert line.marked == ["a", "b"] and line.names == ["a", "b", OTHER]
+    assert line.other_s == pytest.approx(0.75) and line.longest_s == pytest.approx(0.1)
+    moments = np.array([0.0, 0.15, 0.2, 0.32, 0.35, 0.55, 1.0, 2.0, -1.0])
+    expected = [[0, 0, 0], [0.05, 0, 0.1], [0.1, 0, 0.1], [0.1, 0.02, 0.2], [0.1, 0.05, 0.2], [0.15, 0.05, 0.35],
+                [0.2, 0.05, 0.75], [0.2, 0.05, 0.75], [0, 0, 0]]          # clipped to the region
+    np.testing.assert_allclose(line.cumulative(moments), expected, atol=1e-12)
+    np.testing.assert_allclose(line.totals_s(), [0.2, 0.05, 0.75], atol=1e-12)
+    np.testing.assert_allclose(line.coverage(np.array([0.0, 0.25, 0.5, 1.0])),
+                               [[0.1, 0, 0.15], [0, 0.05, 0.2], [0.1, 0, 0.4]], atol=1e-12)
+
+
+def test_the_phase_under_a_moment_is_its_index_and_outside_the_region_none():
+    line = _line()
+    under = line.phase_at(np.array([0.0, 0.15, 0.25, 0.33, 0.55, 0.999, 1.5, -0.5]))
+    assert under.tolist() == [2, 0, 2, 1, 0, 2, -1, -1]
+
+
+def test_phases_are_cut_to_the_region_and_one_outside_it_or_of_no_length_is_no_phase():
+    line = PhaseTimeline([("early", -0.2, 0.1), ("empty", 0.4, 0.4), ("mid", 0.4, 0.7), ("late", 0.9, 1.3),
+                          ("after", 1.3, 1.5), ("before", -1.0, -0.5)], 0.0, 1.0)
+    assert line.names == ["early", "mid", "late", OTHER]
+    np.testing.assert_allclose(line.totals_s(), [0.1, 0.3, 0.1, 0.5], atol=1e-12)
+    assert line.longest_s == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(("uncovered_s", "other"), [(0.0, False), (5e-10, False), (2e-9, True), (1e-3, True)])
+def test_other_is_a_phase_only_where_the_marked_ones_leave_more_than_a_billionth_of_the_region(uncovered_s, other):
+    line = PhaseTimeline([("a", 0.0, 0.5), ("b", 0.5, 1.0 - uncovered_s)], 0.0, 1.0)
+    assert (OTHER in line.names) is other
+    assert line.cumulative(np.array([1.0])).shape == (1, 3 if other else 2)
+
+
+def test_an_empty_timeline_is_all_other_and_touching_phases_do_not_overlap():
+    line = PhaseTimeline([], 2.0, 3.0)
+    assert line.names == [OTHER] and line.longest_s == 0.0 and line.totals_s().tolist() == [pytest.approx(1.0)]
+    touching = PhaseTimeline([("a", 0.0, 0.5), ("b", 0.5 - 1e-13, 1.0)], 0.0, 1.0)
+    assert touching.names == ["a", "b"]
+
+
+@pytest.mark.parametrize(("timeline", "message"), [
+    ([("a", math.nan, 0.2)], "phase 'a' ends (0.2) before it starts (nan): give each phase as (name, start_s, end_s) "
+                             "with end_s >= start_s"),
+    ([("a", 0.1, math.inf)], "phase 'a' ends (inf) before it starts (0.1): give each phase as (name, start_s, end_s) "
+                             "with end_s >= start_s"),
+    ([("a", 0.3, 0.2999)], "phase 'a' ends (0.2999) before it starts (0.3): give each phase as (name, start_s, end_s) "
+                           "with end_s >= start_s"),
+    ([(OTHER, 0.1, 0.2)], "a phase is named 'other', the name of the time between marked phases: rename it"),
+    ([("a", 0.1, 0.3), ("b", 0.3 - 1e-9, 0.4)], "phases 'a' (0.100000-0.300000 s) and 'b' (0.300000-0.400000 s) overlap: "
+                                                "end one phase before the next starts"),
+])
+def test_each_impossible_timeline_is_refused_word_for_word(timeline, message):
+    with pytest.raises(MeasurementError) as caught:
+        PhaseTimeline(timeline, 0.0, 1.0)
+    assert str(caught.value) == message
+
+
+# -- the sum to the region's ETS -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("energy", "total", "low", "high", "weight", "expected"), [
+    ([10, 20], 36, [0, 0], [100, 100], [1, 3], [11.5, 24.5]),          # the difference shared by weight
+    ([10, 20], 26, [0, 0], [100, 100], [1, 3], [9.0, 17.0]),           # and taken away the same way
+    ([10, 20], 36, [0, 0], [11, 100], [1, 3], [11.0, 25.0]),           # one at its limit: the other takes the rest
+    ([10, 20], 36, [0, 0], [100, 100], [0, 0], [12.0, 24.0]),          # no variance known: in proportion to energy
+    ([10, 20], 36, [0, 0], [100, 100], [math.inf, math.nan], [12.0, 24.0]),
+    ([10, 20], 36, [0, 0], [100, 100], [-1, 2], [10.0, 26.0]),         # a negative weight counts as none
+    ([-5, 20], 15, [0, 0], [100, 100], [1, 1], [0.0, 15.0]),           # first into its limits
+    ([10, 10], 30, [0, 0], [10, 10], [1, 1], [10.0, 10.0]),            # both at their limits: the sum cannot be met
+    ([10, 10, 10], 45, [0, 0, 0], [12, 12, 100], [1, 1, 1], [12.0, 12.0, 21.0]),
+    ([10, 10, 10], 20, [9, 9, 0], [100, 100, 100], [1, 1, 2], [9.0, 9.0, 2.0]),
+])
+def test_the_phases_are_moved_to_the_total_in_proportion_to_their_variance_within_their_limits(
+        energy, total, low, high, weight, expected):
+    out = _adjusted_to(np.array(energy, dtype=float), float(total), np.array(low, dtype=float),
+                       np.array(high, dtype=float), np.array(weight, dtype=float))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_an_attribution_is_read_by_phase_name_and_told_apart_only_where_every_phase_is():
+    phase = lambda name, told: PhaseEnergy(name, 1.0, 0.9, 1.1, 0.1, 10.0, 9.0, 11.0, 0.5, 0.5, told)  # noqa: E731
+    both = Attribution((phase("a", True), phase("b", True)), windows=9, confidence=0.99)
+    assert both["b"].name == "b" and both.told_apart
+    assert not Attribution((phase("a", True), phase("b", False)), windows=9, confidence=0.99).told_apart
+    with pytest.raises(KeyError, match="'c'"):
+        both["c"]
