@@ -72,7 +72,9 @@ MODULES: dict[str, list[str]] = {
                                         "tests/test_knob.py"],
     "pytest_gpuenergy/gpu/clocks.py": _CLOCKS,
     "pytest_gpuenergy/gate/budgets.py": _GATE,
-    "pytest_gpuenergy/gate/budget_file.py": ["tests/test_existing_suite.py", *_GATE],
+    # (its own tests/test_budget_file.py; test_existing_suite.py drives it through pytest in a subprocess,
+    # which runs the unchanged code, and its slow test passed the per-test limit under load)
+    "pytest_gpuenergy/gate/budget_file.py": _GATE,
     "pytest_gpuenergy/gate/ci.py": _GATE,
     "pytest_gpuenergy/gate/compare.py": _GATE,
     "pytest_gpuenergy/gate/decide.py": _GATE,
