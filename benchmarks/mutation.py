@@ -72,8 +72,9 @@ MODULES: dict[str, list[str]] = {
                                         "tests/test_knob.py"],
     "pytest_gpuenergy/gpu/clocks.py": _CLOCKS,
     "pytest_gpuenergy/gate/budgets.py": _GATE,
-    # (its own tests/test_budget_file.py; test_existing_suite.py drives it through pytest in a subprocess,
-    # which runs the unchanged code, and its slow test passed the per-test limit under load)
+    # (with its own tests/test_budget_file.py, which checks word for word what test_existing_suite.py's
+    # in-process budget tests do; that file's slow test runs pytest in subprocesses, on the unchanged
+    # code, and passed the 120 s limit under load, which left mutmut with no mutant run)
     "pytest_gpuenergy/gate/budget_file.py": _GATE,
     "pytest_gpuenergy/gate/ci.py": _GATE,
     "pytest_gpuenergy/gate/compare.py": _GATE,
