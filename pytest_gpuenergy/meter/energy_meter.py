@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, cast
 
@@ -27,6 +27,7 @@ from .defaults import DEFAULT_MIN_TIME_S
 from .domains import per_domain
 from .integrate import RegionEnergy
 from .lattice import Lattice
+from .op_classes import as_classes, check_by_op, op_tracer
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
 from .results import BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
@@ -86,6 +87,7 @@ class EnergyMeter:
         self._warming = False                     # measure()'s warm-up calls: their marks are not kept
         self._open_phase: str | None = None
         self.last_marks: tuple[tuple[str, float, float], ...] = ()   # the last region's phases (name, start_s, end_s)
+        self.last_op_marks: tuple[tuple[str, float, float], ...] = ()   # ...its kernels' classes (measure(by_op=True))
         self.one_call_s = math.nan          # measure(): the latest estimate of one call's duration
         # torch.distributed (``distributed.RankGroup``): found when a region starts, since a test may
         # initialise its process group after the fixture made the meter; None measures this process alone.
@@ -199,6 +201,7 @@ class EnergyMeter:
         repeat: int = 1,
         warmup: int = 1,
         min_time_s: float | None = None,
+        by_op: bool = False,
         **kwargs: Any,
     ) -> EnergyResult:
         """Measure ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeat`` repetitions.
@@ -209,6 +212,10 @@ class EnergyMeter:
         short, end just after one, so that little of a region lies in partly seen intervals. The
         last warm-up call is timed to size the regions; a region that comes out coarse is measured
         again with twice the calls (up to three times).
+
+        ``by_op=True`` also splits the ETS among operator classes (``result.op_classes``: matmul,
+        attention, elementwise, reduction, memory, communication, idle), from the PyTorch profiler's
+        GPU timeline, or on the simulator from each operation's counted work (``meter.op_classes``).
         """
         _check_count("repeat", repeat, minimum=1)
         _check_count("warmup", warmup, minimum=0)
@@ -216,22 +223,27 @@ class EnergyMeter:
         if not (isinstance(target_s, (int, float)) and target_s >= 0):
             raise ValueError(f"min_time_s must be a non-negative number of seconds, got {min_time_s!r}")
         target_s = max(target_s, _MIN_REGION_S)
+        tracer = op_tracer(self.backend) if check_by_op(by_op) else None
+        fn = tracer.traced(fn) if tracer is not None else fn
         self._group = self.rank_group()
         calls = self._agree(self._warm_up(fn, args, kwargs, warmup, target_s))
         finished: list[Region] = []
         resized = 0
         try:
             while len(finished) < repeat:
-                region = self._marking = self._start_region(align=True, calls=calls)
-                try:
-                    done = self._fill(region, fn, args, kwargs, region.planned_calls or 1,
-                                      target_s / 2 if calls else target_s)
-                except BaseException:
-                    region.release()
-                    raise
-                finally:
-                    self._marking = None
-                region.end()
+                op_marks: list[tuple[str, float, float]] = []
+                with tracer.recording(op_marks) if tracer is not None else nullcontext():
+                    region = self._marking = self._start_region(align=True, calls=calls)
+                    try:
+                        done = self._fill(region, fn, args, kwargs, region.planned_calls or 1,
+                                          target_s / 2 if calls else target_s)
+                    except BaseException:
+                        region.release()
+                        raise
+                    finally:
+                        self._marking = None
+                    region.end()
+                region.op_marks = op_marks
                 region.calls = done
                 self.one_call_s = region.duration / done
                 if calls is None or done > calls:
@@ -246,10 +258,11 @@ class EnergyMeter:
             for region in finished:
                 region.release()
         per_gpu: list[list[Repetition]] = [[] for _ in self.gpus]
-        notes: set[str] = set()
+        notes: set[str] = set(tracer.notes if tracer is not None else ())
         for region in finished:
-            for slot, reading, phases in zip(per_gpu, region.readings, _phases_of(region)):
-                slot.append(_per_call(reading, region.duration, region.calls, phases))
+            for slot, reading, phases, classes in zip(per_gpu, region.readings, _phases_of(region),
+                                                      _op_classes_of(region)):
+                slot.append(_per_call(reading, region.duration, region.calls, phases, classes))
                 notes.update(reading.notes)
         self._note_region(finished[-1])
         result = self._result_of(finished[-1], per_gpu, sorted(notes), [(r.host_figures(), r.calls) for r in finished])
@@ -403,6 +416,7 @@ class EnergyMeter:
     def _note_region(self, region: Region) -> None:
         self.last_region = (region.t0, region.t1)
         self.last_marks = tuple(region.marks)
+        self.last_op_marks = tuple(region.op_marks)
         self.last_thread_cpu_s = region.thread_cpu_s
 
     def _add(self, pending: PendingResult) -> None:
@@ -463,15 +477,20 @@ def _plan_long_calls(calls: int, one_call_s: float, lattice: Lattice, start_at: 
     return best[1], best[2]
 
 
-def _per_call(reading: RegionEnergy, duration_s: float, calls: int,
-              phases: dict[str, PhaseFigures] | None = None) -> Repetition:
+def _per_call(reading: RegionEnergy, duration_s: float, calls: int, phases: dict[str, PhaseFigures] | None = None,
+              op_classes: dict[str, PhaseFigures] | None = None) -> Repetition:
     return Repetition.of_region(reading.ets_j, reading.low_j, reading.high_j, reading.peak_power_w, duration_s, calls,
-                                phases)
+                                phases, op_classes)
 
 
 def _phases_of(region: Region) -> list[dict[str, PhaseFigures] | None]:
     """Per GPU, the region's phases (None where it had no marks), once the region is resolved."""
     return region.phases or [None] * len(region.readings)
+
+
+def _op_classes_of(region: Region) -> list[dict[str, PhaseFigures] | None]:
+    """Per GPU, the region's operator classes (None without ``by_op``), once the region is resolved."""
+    return [as_classes(c) for c in region.op_classes] or [None] * len(region.readings)
 
 
 def _coarse_note(region: Region, readings: Sequence[RegionEnergy]) -> str:

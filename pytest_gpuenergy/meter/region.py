@@ -81,6 +81,9 @@ class Region:
         # per GPU the phases attributed from its publications once the region is resolved
         self.marks: list[tuple[str, float, float]] = []
         self.phases: list[dict[str, PhaseFigures] | None] = []
+        # measure(by_op=True): each kernel's class as (class, start_s, end_s), split the same way (``op_classes``)
+        self.op_marks: list[tuple[str, float, float]] = []
+        self.op_classes: list[dict[str, PhaseFigures] | None] = []
         self.released = False
 
     @property
@@ -128,33 +131,39 @@ class Region:
             readings.append(self._noted(reading, recorder, pids))
         if first_error is None:
             self.phases = [self._phases_of(recorder, reading) for recorder, reading in zip(self.recorders, readings)]
+            self.op_classes = [self._phases_of(recorder, reading, self.op_marks, "op classes")
+                               for recorder, reading in zip(self.recorders, readings)]
         self.release()
         if first_error is not None:
             raise first_error
         self.readings = readings
         return readings
 
-    def _phases_of(self, recorder: Recorder, reading: RegionEnergy) -> dict[str, PhaseFigures] | None:
-        """The region's ETS on one GPU split among its phase marks (``attribution``), per call; None
-        without marks. A split that cannot be made is a note: the region's own figure stands."""
-        if not self.marks:
+    def _phases_of(self, recorder: Recorder, reading: RegionEnergy, marks: list[tuple[str, float, float]] | None = None,
+                   what: str = "phases") -> dict[str, PhaseFigures] | None:
+        """The region's ETS on one GPU split among its phase marks (``attribution``; or among ``marks``,
+        the op classes' ones), per call; None without marks. A split that cannot be made is a note:
+        the region's own figure stands."""
+        marks = self.marks if marks is None else marks
+        one = "phase" if what == "phases" else "op class"
+        if not marks:
             return None
         if recorder.method != COUNTER:
-            reading.notes.append(f"phases: {recorder.gpu.label} has no energy counter (its power is sampled), and "
-                                 f"phases are fitted from the counter's windows: no phase figures")
+            reading.notes.append(f"{what}: {recorder.gpu.label} has no energy counter (its power is sampled), and "
+                                 f"{what} are fitted from the counter's windows: no {one} figures")
             return None
         reads, lattice = recorder.snapshot(self.t0 - 3 * recorder.period_s - 0.05, math.inf)
         period_s = lattice.period_s if lattice is not None else recorder.period_s
         times_s, energies_j, errors_s = publication_arrays(publications(reads, lattice, repeats=False, period_s=period_s))
         try:
-            found = attribute_phases(times_s, energies_j, self.marks, t0_s=self.t0, t1_s=self.t1, ets_j=reading.ets_j,
+            found = attribute_phases(times_s, energies_j, marks, t0_s=self.t0, t1_s=self.t1, ets_j=reading.ets_j,
                                      ets_low_j=reading.low_j, ets_high_j=reading.high_j, calls=self.calls,
                                      max_power_w=CEILING_FACTOR * recorder.max_limit_w, dating_error_s=errors_s,
                                      resolution_j=max(recorder.gpu.energy_resolution_mj, 1.0) / 1000.0)   # read in whole mJ
         except MeasurementError as exc:
-            reading.notes.append(f"phases: no phase figures for {recorder.gpu.label}: {exc}")
+            reading.notes.append(f"{what}: no {one} figures for {recorder.gpu.label}: {exc}")
             return None
-        reading.notes.extend(f"phases: {note}" for note in found.notes)
+        reading.notes.extend(f"{what}: {note}" for note in found.notes)
         return {p.name: PhaseFigures(ets_j=p.ets_j, ets_low_j=p.ets_low_j, ets_high_j=p.ets_high_j, time_s=p.time_s,
                                      power_w=p.power_w, time_share=p.time_share, energy_share=p.energy_share,
                                      distinguishable=p.told_apart, why_not=p.why_not)

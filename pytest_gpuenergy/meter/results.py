@@ -99,6 +99,8 @@ class Repetition:
     ets_high_j: float | None = None
     # energy_meter.phase(): the region's phases (per call); None where the region had no marks
     phases: Phases | None = field(default=None, hash=False, compare=False)
+    # measure(by_op=True): the same figures per operator class ("matmul", ..., "idle"); None without by_op
+    op_classes: Phases | None = field(default=None, hash=False, compare=False)
 
     @property
     def edp_js(self) -> float:
@@ -115,15 +117,17 @@ class Repetition:
             "ets_low_j": finite_or_none(self.ets_low_j),
             "ets_high_j": finite_or_none(self.ets_high_j),
             **({"phases": {name: f.to_json() for name, f in self.phases.items()}} if self.phases else {}),
+            **({"op_classes": {name: f.to_json() for name, f in self.op_classes.items()}} if self.op_classes else {}),
         }
 
     @classmethod
     def of_region(cls, ets_j: float, low_j: float, high_j: float, peak_power_w: float, duration_s: float,
-                  calls: int, phases: Phases | None = None) -> Repetition:
+                  calls: int, phases: Phases | None = None, op_classes: Phases | None = None) -> Repetition:
         """A region's figures (its energy, bound and length) per call of the measured function."""
         return cls(ets_j=ets_j / calls, time_s=duration_s / calls,
                    mean_power_w=ets_j / duration_s if duration_s > 0 else math.nan, peak_power_w=peak_power_w,
-                   calls=calls, ets_low_j=low_j / calls, ets_high_j=high_j / calls, phases=phases)
+                   calls=calls, ets_low_j=low_j / calls, ets_high_j=high_j / calls, phases=phases,
+                   op_classes=op_classes)
 
 
 @dataclass(frozen=True)
@@ -280,6 +284,11 @@ class GpuResult(_SummaryFigures):
         (None where the regions had no phase marks)."""
         return combine_phases([r.phases for r in self.repetitions], mean=True)
 
+    @property
+    def op_classes(self) -> dict[str, PhaseFigures] | None:
+        """``measure(by_op=True)``: each operator class's figures per call, as ``phases`` are (None without by_op)."""
+        return combine_phases([r.op_classes for r in self.repetitions], mean=True)
+
     def samples(self, field_name: str) -> list[float]:
         """Per-repetition values of ``ets_j``, ``time_s`` or ``edp_js``."""
         return [float(getattr(rep, field_name)) for rep in self.repetitions]
@@ -309,6 +318,7 @@ class GpuResult(_SummaryFigures):
             "rank": self.rank,
             # for readers of the file, as ``summary``: the data are the repetitions' phases
             **({"phases": {name: f.to_json() for name, f in phases.items()}} if (phases := self.phases) else {}),
+            **({"op_classes": {name: f.to_json() for name, f in found.items()}} if (found := self.op_classes) else {}),
         }
 
 
@@ -367,6 +377,13 @@ class EnergyResult(_SummaryFigures):
         """``energy_meter.phase()``: each phase's ETS per call with its bound, time, power and shares,
         over the GPUs together (their energies added); None where the region had no phase marks."""
         return combine_phases([g.phases for g in self.per_gpu], mean=False)
+
+    @property
+    def op_classes(self) -> dict[str, PhaseFigures] | None:
+        """``measure(by_op=True)``: each operator class's ETS per call with its bound, time, power and
+        shares (matmul, attention, elementwise, reduction, memory, communication, idle: those the region
+        had), over the GPUs together; None without by_op (``docs/explanation/phases.md``)."""
+        return combine_phases([g.op_classes for g in self.per_gpu], mean=False)
 
     @property
     def method(self) -> str:
