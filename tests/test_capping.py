@@ -521,3 +521,16 @@ def test_the_power_journal_reads_what_an_earlier_version_wrote(backend, journal)
         "written_at": 5.0, "format": "gpuenergy-limit-journal"})
     [entry] = journal.entries()
     assert (entry.saved, entry.applied, entry.vendor) == (550_000, 250_000, "nvidia")
+
+
+def test_a_power_limit_is_refused_outside_the_gpus_range_and_accepted_at_its_ends(h100):
+    """What a repair checks before it puts a journaled limit back (the simulated H100: 200-700 W)."""
+    assert POWER_LIMIT.refusal(h100, 200_000) is None and POWER_LIMIT.refusal(h100, 700_000) is None
+    assert POWER_LIMIT.refusal(h100, 199_999) == "199.999 W is outside the GPU's range 200-700 W"
+    assert POWER_LIMIT.refusal(h100, 700_001) == "700.001 W is outside the GPU's range 200-700 W"
+
+
+def test_a_power_limit_entry_is_described_with_its_gpu_cap_owner_and_previous_limit():
+    entry = JournalEntry(POWER_LIMIT, "GPU-abc", 3, "Some GPU", "nvidia", 550_500, 250_000, 42, "77", "node7", 1.0)
+    assert POWER_LIMIT.describe(entry) == ("GPU 3 (Some GPU, GPU-abc): capped at 250 W by pid 42 on node7, "
+                                           "previous limit 550.5 W")
