@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
@@ -31,6 +31,9 @@ from .op_classes import as_classes, check_by_op, op_tracer
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
 from .results import BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
+
+if TYPE_CHECKING:
+    from .watch import Watch
 
 _MIN_REGION_S = 0.3              # measure() makes regions at least this long: 3 counter updates
 _MAX_RESIZES = 3                 # times measure() may enlarge a region that came out coarse
@@ -154,6 +157,14 @@ class EnergyMeter:
             self._open_phase = None
         if region is not None:
             region.marks.append((name, start_s, self.backend.queue_time()))
+
+    def watch(self, model: Any, optimizer: Any = None) -> Watch:
+        """Mark ``forward``, ``backward`` and ``update`` of a PyTorch step by hooks on ``model`` (and
+        ``optimizer``): ``with energy_meter.watch(model, opt):`` around or inside the measured region;
+        the rest of the step is ``other``. Hooks are removed when the block ends (``meter/watch.py``)."""
+        from .watch import Watch
+
+        return Watch(self, model, optimizer)
 
     def __enter__(self) -> EnergyMeter:
         if self._open_region is not None:
