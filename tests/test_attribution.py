@@ -560,3 +560,135 @@ def test_an_attribution_is_read_by_phase_name_and_told_apart_only_where_every_ph
     assert not Attribution((phase("a", True), phase("b", False)), windows=9, confidence=0.99).told_apart
     with pytest.raises(KeyError, match="'c'"):
         both["c"]
+
+
+# -- what attribute_phases says where the data do not allow a fit -------------------------------------
+
+def _two_phase_exact(windows: int = 40, seed: int = 11):
+    rng = np.random.default_rng(seed)
+    times = np.arange(windows + 1) * 0.1
+    timeline = _alternating(windows, 0.1, rng)
+    return timeline, times, _energies(timeline, times, {"a": 300.0, "b": 100.0})
+
+
+def test_publications_are_taken_in_time_order_and_those_outside_the_region_are_ignored():
+    timeline, times, energies = _two_phase_exact()
+    plain = _attribute(timeline, times, energies, resolution_j=0.01, dating_error_s=1e-4)
+    order = np.random.default_rng(0).permutation(len(times))
+    outside_t = np.concatenate((times[order], [-0.3, -0.1, 4.2, 5.0]))
+    outside_e = np.concatenate((energies[order], [-50.0, -20.0, energies[-1] + 30, energies[-1] + 9000]))
+    shuffled = attribute_phases(outside_t, outside_e, timeline, t0_s=0.0, t1_s=4.0, ets_j=float(energies[-1]),
+                                ets_low_j=0.0, ets_high_j=1e6, calls=1, max_power_w=1e4, resolution_j=0.01,
+                                dating_error_s=np.concatenate((np.full(len(times), 1e-4), [1.0] * 4)))
+    assert shuffled == plain
+
+
+def test_a_fitted_power_beyond_what_the_gpu_draws_is_said_and_its_bound_is_the_whole_range():
+    timeline, times, energies = _two_phase_exact()
+    result = _attribute(timeline, times, energies, max_power_w=200.0, resolution_j=0.01)
+    a = result["a"]
+    assert result.notes[0] == ("the fit put a at 300 W, further from [0, 200] W than its bound allows: its power is not "
+                               "constant over the region, so its bound is the whole range")
+    assert not a.told_apart and a.why_not == "its fitted power lies outside what a GPU draws: the phase is not steady"
+    assert a.power_low_w == pytest.approx(0.0, abs=1e-9) and a.power_high_w == pytest.approx(200.0)
+    assert result["b"].told_apart and result["b"].power_low_w > 0
+
+
+def test_a_regions_ets_that_no_split_within_the_gpus_range_reaches_is_said_with_what_the_phases_add_up_to():
+    timeline, times, energies = _two_phase_exact()
+    region_s = float(times[-1])
+    result = _attribute(timeline, times, energies, max_power_w=320.0, ets_j=330.0 * region_s, ets_high_j=1e6,
+                        resolution_j=0.01)
+    assert result.notes == (f"the region's ETS ({330.0 * region_s:.4g} J) cannot be split among its phases' times "
+                            f"within [0, 320] W: the phases add up to {320.0 * region_s:.4g} J",)
+    assert sum(p.ets_j for p in result.phases) == pytest.approx(320.0 * region_s)
+    for phase in result.phases:          # each at the GPU's most, and its bound widened to hold that
+        assert phase.power_w == pytest.approx(320.0) and phase.ets_high_j >= phase.ets_j
+
+
+def test_a_bound_over_half_the_gpus_range_says_the_windows_barely_tell_the_phase_apart():
+    timeline, times, energies = _two_phase_exact()
+    a = _coverage(timeline, ["a", "b"], times)
+    per_joule_w = np.abs(np.linalg.pinv(a)).sum(axis=1)       # the resolution's half-width per J of resolution
+    for share, loose in ((0.52, True), (0.48, False)):
+        resolution_j = share * 1000.0 / 2 / per_joule_w[0]    # a's bound spans this share of [0, 1000] W
+        result = _attribute(timeline, times, energies, max_power_w=1000.0, resolution_j=resolution_j)
+        phase = result["a"]
+        assert phase.power_high_w - phase.power_low_w == pytest.approx(share * 1000.0, rel=1e-6)
+        assert phase.told_apart is not loose
+        if loose:
+            assert phase.why_not == ("its bound spans most of what the GPU can draw: the counter's windows barely "
+                                     "tell it apart (a longer region, or calls spread across the publications)")
+
+
+def test_one_window_gives_a_phase_no_bound_but_the_gpus_range():
+    timeline = [("a", 0.0, 0.04), ("b", 0.04, 0.1)]
+    result = attribute_phases([0.0, 0.1], [0.0, 16.0], timeline, t0_s=0.0, t1_s=0.1, ets_j=16.0, ets_low_j=15.0,
+                              ets_high_j=17.0, calls=2, max_power_w=500.0)
+    assert result.windows == 1 and not result.told_apart
+    for phase in result.phases:
+        assert phase.why_not == "too few counter windows (1) to tell 2 phases apart: a longer region is needed"
+    one = attribute_phases([0.0, 0.1], [0.0, 16.0], [("a", 0.0, 0.1)], t0_s=0.0, t1_s=0.1, ets_j=16.0, ets_low_j=15.0,
+                           ets_high_j=17.0, calls=2, max_power_w=500.0)
+    assert [p.name for p in one.phases] == ["a"] and one["a"].ets_j == pytest.approx(8.0)
+    assert one["a"].ets_low_j == pytest.approx(7.5) and one["a"].ets_high_j == pytest.approx(8.5)  # the region's, per call
+    assert one["a"].why_not.startswith("its bound spans most of what the GPU can draw")
+
+
+def test_each_phases_bound_is_cut_to_what_the_regions_bound_leaves_once_the_others_take_their_extremes():
+    # no whole window: each phase between 100 W and 400 W over its time, and the region within [20, 21] J
+    result = attribute_phases([0.0, 1.0], [0.0, 400.0], [("a", 0.2, 0.24), ("b", 0.24, 0.3)], t0_s=0.2, t1_s=0.3,
+                              ets_j=20.5, ets_low_j=20.0, ets_high_j=21.0, calls=1, max_power_w=400.0,
+                              min_power_w=100.0)
+    a, b = result["a"], result["b"]
+    assert (a.ets_low_j, a.ets_high_j) == (pytest.approx(4.0), pytest.approx(15.0))    # 21 - b's least (6 J)
+    assert (b.ets_low_j, b.ets_high_j) == (pytest.approx(6.0), pytest.approx(17.0))    # 21 - a's least (4 J)
+    assert a.ets_j == pytest.approx(8.2) and b.ets_j == pytest.approx(12.3)            # the region's mean power
+    assert a.power_low_w == pytest.approx(100.0) and b.power_high_w == pytest.approx(17.0 / 0.06)
+    assert a.time_share == pytest.approx(0.4) and b.energy_share == pytest.approx(12.3 / 20.5)
+    tight = attribute_phases([0.0, 1.0], [0.0, 400.0], [("a", 0.2, 0.24), ("b", 0.24, 0.3)], t0_s=0.2, t1_s=0.3,
+                             ets_j=38.0, ets_low_j=37.0, ets_high_j=39.0, calls=1, max_power_w=400.0)
+    assert tight["a"].ets_low_j == pytest.approx(37.0 - 24.0) and tight["b"].ets_low_j == pytest.approx(37.0 - 16.0)
+
+
+def test_a_region_that_drew_nothing_has_no_energy_shares():
+    timeline, times, _ = _two_phase_exact()
+    result = _attribute(timeline, times, np.zeros(len(times)), ets_j=0.0, ets_low_j=0.0, ets_high_j=0.0)
+    assert all(math.isnan(p.energy_share) and p.ets_j == 0.0 for p in result.phases)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"t1_s": 0.0}, "a region needs t1_s > t0_s and at least one call (got 0.0-0.0 s, 1 calls)"),
+    ({"t1_s": -1.0}, "a region needs t1_s > t0_s and at least one call (got 0.0--1.0 s, 1 calls)"),
+    ({"calls": 0}, "a region needs t1_s > t0_s and at least one call (got 0.0-1.0 s, 0 calls)"),
+    ({"confidence": 1.0}, "attribution needs 0 < confidence < 1 and 0 <= min_power_w < max_power_w "
+                          "(got 1.0, 0.0 W, 700.0 W)"),
+    ({"confidence": 0.0}, "attribution needs 0 < confidence < 1 and 0 <= min_power_w < max_power_w "
+                          "(got 0.0, 0.0 W, 700.0 W)"),
+    ({"min_power_w": 700.0}, "attribution needs 0 < confidence < 1 and 0 <= min_power_w < max_power_w "
+                             "(got 0.99, 700.0 W, 700.0 W)"),
+    ({"min_power_w": -1.0}, "attribution needs 0 < confidence < 1 and 0 <= min_power_w < max_power_w "
+                            "(got 0.99, -1.0 W, 700.0 W)"),
+    ({"ets_j": 1.8}, "the region's ETS 1.8 J lies outside its bound [1.9, 2.1] J"),
+    ({"ets_j": 2.2}, "the region's ETS 2.2 J lies outside its bound [1.9, 2.1] J"),
+    ({"energies_j": [0.0, 1.0]}, "3 publication times but 2 energies and 1 dating errors: give one energy (and one "
+                                 "dating error, or one for all) per time"),
+    ({"energies_j": [0.0, 3.0, 2.0]}, "the energy counter went backwards inside the region: no attribution is possible"),
+    ({"times_s": [0.0, 0.5, 0.5]}, "two publications are dated to the same moment: give each publication once"),
+])
+def test_impossible_figures_are_refused_word_for_word(change, message):
+    figures = {"times_s": [0.0, 0.5, 1.0], "energies_j": [0.0, 1.0, 2.0], "timeline": [("a", 0.1, 0.2)],
+               "t0_s": 0.0, "t1_s": 1.0, "ets_j": 2.0, "ets_low_j": 1.9, "ets_high_j": 2.1, "calls": 1,
+               "max_power_w": 700.0, **change}
+    with pytest.raises(MeasurementError) as caught:
+        attribute_phases(**figures)
+    assert str(caught.value) == message
+
+
+def test_the_edges_of_what_is_allowed_are_accepted():
+    figures = {"times_s": [0.0, 0.5, 1.0], "energies_j": [0.0, 1.0, 1.0], "timeline": [("a", 0.1, 0.2)],
+               "t0_s": 0.0, "t1_s": 1.0, "ets_j": 1.0, "ets_low_j": 1.0, "ets_high_j": 1.0, "calls": 1,
+               "max_power_w": 700.0}
+    assert attribute_phases(**figures).windows == 2                     # a counter that stands still, ETS on its bound
+    assert attribute_phases(**figures | {"min_power_w": 0.0, "confidence": 0.5}).confidence == 0.5
+    assert attribute_phases(**figures | {"dating_error_s": [0.0, 0.0, 0.0]}).windows == 2
