@@ -110,3 +110,20 @@ def test_a_late_wake_up_is_remembered_and_fades_by_a_fifth_each_time(wall_backen
     recorder.woke(0.020)
     assert recorder._latency_s == pytest.approx(0.020)
     assert threading.current_thread() is threading.main_thread()
+
+
+def test_the_driver_tells_the_recorder_how_late_it_woke_not_when(wall_backend):
+    # The lateness is a few milliseconds (a second at most on a loaded host); the moment itself is
+    # ~1.8e9 s on this clock and would make every read start a fifth of a period early for good.
+    recorder = recorder_on(wall_backend)
+    told: list[float] = []
+    woke = recorder.woke
+    recorder.woke = lambda late_s: (told.append(late_s), woke(late_s))[1]
+    driver = ThreadDriver(recorder)
+    driver.start()
+    try:
+        driver.wait_until(recorder.clock() + 0.25)
+    finally:
+        driver.stop()
+    assert told and all(-0.01 <= late_s < 1.0 for late_s in told), told
+    assert recorder._latency_s < 1.0
