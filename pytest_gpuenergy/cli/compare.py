@@ -46,7 +46,8 @@ def add_compare_commands(subparsers: Any) -> None:
                          help="with commit:ID, the GPU model to compare when the commit has runs of several")
     compare.add_argument("--fail", metavar="THRESHOLDS",
                          help="fail (exit 1) on a regression beyond these changes, e.g. ets:5%%,edp:10%%,time:5%%; "
-                              "without it changes are reported and nothing fails")
+                              "each marked phase's ETS as phase.ets:10%%; without it changes are reported and "
+                              "nothing fails (the phases that changed are named either way)")
     compare.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE,
                          help="confidence that a change is real, one-sided (default 0.99; also 99%%)")
     compare.add_argument("--storage", type=Path, default=None, metavar="DIR",

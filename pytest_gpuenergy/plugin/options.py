@@ -112,7 +112,7 @@ OPTIONS = (
            {"nargs": "?", "const": LATEST, "metavar": "REF"}),
     Option("--energy-fail", "text",
            "fail the session on a regression beyond these changes, e.g. ets:5%,edp:10%,time:5%; a host domain's "
-           "ETS as node.ets:5% (with --energy-domains) (implies --energy-compare)",
+           "ETS as node.ets:5% (with --energy-domains), each marked phase's as phase.ets:10% (implies --energy-compare)",
            {"metavar": "THRESHOLDS"}),
     Option("--energy-confidence", "float",
            f"confidence that a change is real before it counts as a regression (default {DEFAULT_CONFIDENCE})",
