@@ -6,7 +6,10 @@ writes one JSON document to ``benchmarks/results/<name>.json`` (``<name>-quick.j
 
     {"format": "gpuenergy-benchmark", "version": 1, "benchmark": NAME, "quick": bool,
      "machine": {...machine_info()...}, "simulated": bool, "started": ISO date, "wall_s": float,
-     ...the script's own keys (settings, rows, goals)...}
+     ...the script's own keys (settings, rows)..., "goals": [Goal.record(), ...]}
+
+A benchmark that has goals lists them under ``goals`` (see :class:`Goal`): ``run_all.py`` gathers
+every result's list into ``goals[-quick].json`` without knowing the benchmark.
 
 Figures that come from the GPU simulator are labelled "simulated" in the tables and in the JSON
 (``machine.gpu`` says "simulated GPU: <model>"); they describe the meter against the simulator's
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +164,35 @@ def _clean(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+# -- goals ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal's figure against its target, as a benchmark writes it in its result's ``goals`` list.
+
+    ``run_all.py`` reads every result's ``goals`` (whatever the benchmark) into ``goals[-quick].json``,
+    so a benchmark states its own goals, and which way its figure must lie of the target, in ``met``.
+    ``source`` (the result file) and ``reason`` (why a goal has no figure) are filled in by run_all.
+    """
+
+    goal: str
+    figure: float | None
+    target: float | None
+    met: bool
+    simulated: bool
+    text: str = ""               # one line for the summary: what the figure is and what the goal asks
+    source: str = ""
+    reason: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """The JSON object: ``goal``, ``figure``, ``target``, ``met``, ``simulated`` and what else is known."""
+        out: dict[str, Any] = {"goal": self.goal, "figure": self.figure, "target": self.target, "met": self.met,
+                               "simulated": self.simulated}
+        out.update({key: value for key, value in (("text", self.text), ("source", self.source),
+                                                    ("reason", self.reason)) if value})
+        return out
 
 
 # -- tables --------------------------------------------------------------------------------------

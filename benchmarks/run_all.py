@@ -1,161 +1,240 @@
 """Run every benchmark, one after the other, and print a summary of the goals.
 
-    python benchmarks/run_all.py --quick     # every figure, under 5 minutes on a 2-core machine
-    python benchmarks/run_all.py             # the full runs (more regions, lengths and trials; much longer)
+    python benchmarks/run_all.py --quick     # every goal's figure, about 5 minutes on an idle 2-core machine
+    python benchmarks/run_all.py             # the full runs (more regions, lengths, trials and cases; much longer)
 
-Each script prints its own tables and writes ``benchmarks/results/<name>[-quick].json``; this
-one then reads those results back, prints a table of the goals (figure, target, met) and writes it
-to ``benchmarks/results/goals[-quick].json``: a list of objects with ``goal``, ``figure``,
-``target``, ``met``, ``simulated`` and ``source`` (the result file and when it ran). A goal whose
-benchmark was not run (``--only``) takes its figure from that benchmark's last result file. The benchmarks run
-one at a time (each one's timing would disturb another's).
+Each script prints its own tables and writes ``benchmarks/results/<name>[-quick].json``; a script
+with goals lists them in that document's top-level ``goals`` (``_common.Goal``: ``goal``,
+``figure``, ``target``, ``met``, ``simulated``). This one reads those lists back, whatever the
+benchmark, prints a table of the goals and writes it to ``benchmarks/results/goals[-quick].json``:
+a list of objects with ``goal``, ``figure``, ``target``, ``met``, ``simulated`` and ``source`` (the
+result file and when it ran). The goals the project tracks (``EXPECTED``) are always listed: one
+without a figure (its script is missing or failed, or its result has no such goal) is not met, and
+says why (``reason``). A goal whose benchmark was not run (``--only``) takes its figure from that
+benchmark's last result file; one whose benchmark failed in this run takes none. The benchmarks
+run one at a time: each one's timing would disturb another's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import resource
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import _common as common
+from _common import Goal
 
 BENCH_DIR = Path(__file__).resolve().parent
-SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "energy_all_overhead", "tune_accuracy", "suite_time",
-           "compare_scaling", "startup")
+SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "energy_all_overhead", "phase_marks_overhead",
+           "tune_accuracy", "suite_time", "compare_scaling", "startup")
+
+# The goals the project tracks (issue 28), with the benchmark that gives each one's figure.
+EXPECTED = {
+    "meter_overhead_python": "meter_overhead",
+    "meter_overhead_slow_reads": "meter_overhead",
+    "detection_power_n5": "detection_power",
+    "tune_within_5pct": "tune_accuracy",
+    "energy_all_overhead": "energy_all_overhead",
+    "phase_marks_overhead": "phase_marks_overhead",
+}
 
 
-@dataclass(frozen=True)
-class Goal:
-    """One goal's figure against its target, as ``goals[-quick].json`` holds it."""
-
-    goal: str
-    figure: float | None
-    target: float
-    met: bool
-    simulated: bool
-    source: str                  # the result file the figure comes from, and when that ran
-    text: str                    # the line printed in the summary
-
-    def record(self) -> dict:
-        return {"goal": self.goal, "figure": self.figure, "target": self.target, "met": self.met,
-                "simulated": self.simulated, "source": self.source}
+def result_file(results: Path, name: str, quick: bool) -> Path:
+    return results / f"{name}{'-quick' if quick else ''}.json"
 
 
-def _loader(results: Path, quick: bool):
-    def load(name: str) -> tuple[dict | None, str]:
-        path = results / f"{name}{'-quick' if quick else ''}.json"
-        if not path.exists():
-            return None, path.name
+def _load(results: Path, name: str, quick: bool) -> tuple[dict | None, str, str]:
+    """A benchmark's result document (None where there is none or it cannot be read), its source
+    text and, where it cannot be used, why."""
+    path = result_file(results, name, quick)
+    if not path.exists():
+        return None, path.name, f"no {path.name}: run python benchmarks/{name}.py{' --quick' if quick else ''}"
+    try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return data, f"{path.name} ({data.get('machine', {}).get('date', 'date unknown')}, {data.get('wall_s', '?')} s)"
-    return load
+    except (OSError, ValueError) as error:
+        return None, path.name, f"{path.name} is not readable JSON ({error}): rerun benchmarks/{name}.py"
+    if not isinstance(data, dict):
+        return None, path.name, f"{path.name} is not a benchmark result (not a JSON object): rerun benchmarks/{name}.py"
+    machine: dict[str, Any] = data["machine"] if isinstance(data.get("machine"), dict) else {}
+    return data, f"{path.name} ({machine.get('date', 'date unknown')}, {data.get('wall_s', '?')} s)", ""
 
 
-def goals(results: Path, quick: bool) -> list[Goal]:
-    """Every goal with a figure in the results (a benchmark not run yet gives none)."""
-    load = _loader(results, quick)
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_goal(row: Any, document: dict, source: str) -> Goal:
+    """One row of a result's ``goals`` list; a row that breaks the format is a goal not met, saying why."""
+    name = row.get("goal") if isinstance(row, dict) else None
+    if not isinstance(name, str) or not name:
+        return Goal(f"(unnamed goal in {source.split(' ', 1)[0]})", None, None, False, True, source=source,
+                    reason=f"a goals entry without a name: {json.dumps(row)[:80]}")
+    simulated = row.get("simulated", document.get("simulated"))
+    figure, target, met = row.get("figure"), row.get("target"), row.get("met")
+    problems = [f"{key} is {json.dumps(value)}, not a number" for key, value in (("figure", figure), ("target", target))
+                if value is not None and not _number(value)]
+    if not isinstance(met, bool):
+        problems.append(f"met is {json.dumps(met)}, not true or false")
+    if not isinstance(simulated, bool):
+        problems.append("it does not say whether its figure is simulated")
+    if problems:
+        return Goal(name, None, target if _number(target) else None, False, True, source=source,
+                    reason="; ".join(problems))
+    text = row.get("text") if isinstance(row.get("text"), str) else ""
+    if figure is None:
+        given = row.get("reason") if isinstance(row.get("reason"), str) else ""
+        return Goal(name, None, target, False, simulated, text, source, given or "the benchmark gave no figure")
+    return Goal(name, float(figure), None if target is None else float(target), met, simulated, text, source)
+
+
+def goals(results: Path, quick: bool, failed: Mapping[str, str] | None = None) -> list[Goal]:
+    """Every goal of every benchmark's result, then each expected goal that has none (not met, with why).
+
+    ``failed``: the benchmarks that failed in this run, with why: their result files (left from an
+    earlier run) give no figure.
+    """
+    failed = failed or {}
     found: list[Goal] = []
-    overhead, source = load("meter_overhead")
-    if overhead:
-        applies = [d for d in overhead.get("region_decomposition", []) if d.get("goal_applies")]
-        for goal, mode in (("meter_overhead_python", "counter"), ("meter_overhead_slow_reads", "counter, 2.4 ms reads")):
-            worst = max((d["estimated_overhead"] for d in applies if d["mode"] == mode), default=None)
-            if worst is not None:
-                found.append(Goal(goal, worst, 0.005, worst <= 0.005, True, source,
-                                  f"meter overhead, {mode} (simulated), regions >= 1 s, python and torch work: worst "
-                                  f"{worst:.2%} (goal <= 0.5 %)"))
-    power, source = load("detection_power")
-    if power and power.get("goal", {}).get("gate"):
-        best = max(power["goal"]["gate"], key=lambda row: row["detection"] if row["false_alarm"] <= 0.01 else -1.0)
-        figure = best["detection"] if best["false_alarm"] <= 0.01 else 0.0
-        # Issue 28's goal: within 2 points of the best any test can do (Neyman-Pearson, the noise known).
-        target = power["goal"]["z_test_limit_detection"] - 0.02
-        found.append(Goal("detection_power_n5", figure, target, figure >= target, True, source,
-                          f"detection at 2 % noise, n = 5, +5 % ETS (simulated): {figure:.1%} with {best['false_alarm']:.1%} "
-                          f"false alarms ({best['setting']}); goal: within 2 points of the Neyman-Pearson bound "
-                          f"{power['goal']['z_test_limit_detection']:.1%} at <= 1 % false alarms"))
-    tune, source = load("tune_accuracy")
-    if tune:
-        summary = tune["summary"]
-        share = summary["within_goal"] / summary["cases"]
-        found.append(Goal("tune_within_5pct", share, 1.0, summary["goal_met"], True, source,
-                          f"gpuenergy tune within 5 % of the sweep (simulated): {summary['within_goal']} of {summary['cases']} "
-                          f"cases in at most {summary['max_settings']} settings (goal: all)"))
-    energy_all, source = load("energy_all_overhead")
-    for row in (energy_all or {}).get("goals", []):
-        found.append(Goal(row["goal"], row["figure"], row["target"], row["met"], row.get("simulated", True), source,
-                          f"{row['goal']} (simulated): {row['figure']:+.1%} (goal <= {row['target']:.0%})"))
-    return found
+    missing_reason: dict[str, str] = {}
+    for name in SCRIPTS:
+        data, source, why = _load(results, name, quick)
+        if name in failed:
+            earlier = [row.get("goal") for row in (data or {}).get("goals", []) if isinstance(row, dict)]
+            for goal in dict.fromkeys([*earlier, *(g for g, n in EXPECTED.items() if n == name)]):
+                if isinstance(goal, str):
+                    found.append(Goal(goal, None, None, False, True, source="",
+                                      reason=f"{name} failed in this run ({failed[name]})"))
+            continue
+        if data is None:
+            missing_reason[name] = why
+            continue
+        rows = data.get("goals")
+        file = result_file(results, name, quick).name
+        if rows is None:
+            missing_reason[name] = f"{file} lists no goals (written before benchmarks listed theirs): rerun benchmarks/{name}.py"
+            continue
+        if not isinstance(rows, list):
+            missing_reason[name] = f"the goals of {file} are not a list: rerun benchmarks/{name}.py"
+            continue
+        found.extend(read_goal(row, data, source) for row in rows)
+    named = {goal.goal for goal in found}
+    for goal, name in EXPECTED.items():
+        if goal not in named:
+            found.append(Goal(goal, None, None, False, True, source="",
+                              reason=missing_reason.get(name, f"{name}'s result has no goal {goal}")))
+    order = list(EXPECTED)
+    return sorted(found, key=lambda g: order.index(g.goal) if g.goal in order else len(order))
 
 
 def other_lines(results: Path, quick: bool) -> list[str]:
     """Figures without a target of their own: what the benchmarks say beside the goals."""
-    load = _loader(results, quick)
+    def load(name: str) -> dict | None:
+        return _load(results, name, quick)[0]
+
     lines = []
-    accuracy, _ = load("meter_accuracy")
+    accuracy = load("meter_accuracy")
     for s in (accuracy or {}).get("summary", []):
         lines.append(
             f"meter accuracy, {s['mode']} (simulated): {s['zero_j']} figures of 0 J, {s['above_max_power']} above the "
             f"GPU's maximum; bound holds the truth in {s['bound_holds_share']:.1%} of {s['regions']} regions; median "
             f"|error| from 1 s {s['median_abs_error_from_1s']:.2%}")
-    suite, _ = load("suite_time")
+    suite = load("suite_time")
     if suite:
         lines.append(f"main job: the plugin adds {suite['goal']['plugin_share_of_workloads']:.1%} on top of the workloads")
-    scaling, _ = load("compare_scaling")
+    scaling = load("compare_scaling")
     if scaling:
         widest = max(scaling["rows"], key=lambda r: (r["cases"], r["cpu_s"]))
         lines.append(f"comparison: {widest['cases']} cases in {widest['cpu_s']:.1f} s of CPU, {widest['ratio_to_smallest']:.1f}x "
                      f"the CPU of {widest['cases_ratio']:.0f}x fewer cases (linear: about {widest['cases_ratio']:.0f}x)")
-    startup, _ = load("startup")
+    startup = load("startup")
     if startup:
         lines.append(f"start-up: the plugin adds {1000 * startup['plugin_added_s']:.0f} ms to a pytest session that measures nothing")
     return lines
 
 
 def write_goals(results: Path, quick: bool, found: list[Goal], wall_s: float) -> Path:
-    """``goals[-quick].json``: a list of objects with goal, figure, target, met (and simulated, source)."""
+    """``goals[-quick].json``: a list of objects with goal, figure, target, met (and simulated, source, reason)."""
     path = results / f"goals{'-quick' if quick else ''}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps([g.record() for g in found], indent=2) + "\n", encoding="utf-8")
+    records = [{key: value for key, value in g.record().items() if key != "text"} for g in found]
+    tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     print(f"wrote {path} (this run took {wall_s:.0f} s)")
     return path
 
 
-def main() -> int:
+def print_goals(found: list[Goal], quick: bool) -> None:
+    print(f"\n===== goals ({'quick' if quick else 'full'} runs; figures from the GPU simulator are simulated) =====")
+    print(f"{'goal':<28} {'figure':>9} {'target':>8}  met  simulated")
+    for goal in found:
+        figure = "-" if goal.figure is None else f"{goal.figure:.4g}"
+        target = "-" if goal.target is None else f"{goal.target:.4g}"
+        print(f"{goal.goal:<28} {figure:>9} {target:>8}  {'yes' if goal.met else 'NO ':<4} {'yes' if goal.simulated else 'no'}")
+    for goal in found:
+        if goal.reason:
+            print(f"  {goal.goal}: no figure: {goal.reason}")
+        elif goal.text:
+            print(f"  {goal.text}")
+
+
+def run_one(name: str, quick: bool, out: Path) -> tuple[int | None, float, float, str]:
+    """Run one benchmark script: its exit status (None: the script is missing), wall and CPU seconds
+    (of its whole process tree), and why it failed."""
+    script = BENCH_DIR / f"{name}.py"
+    if not script.exists():
+        return None, 0.0, 0.0, f"benchmarks/{script.name} is missing"
+    extra = ["--out", str(out)] if out != common.RESULTS_DIR else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    done = subprocess.run([sys.executable, str(script), *(["--quick"] if quick else []), *extra])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done.returncode, time.time() - t0, cpu_s, "" if done.returncode == 0 else f"exit {done.returncode}"
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="the quick variant of every benchmark (under 5 minutes)")
+    p.add_argument("--quick", action="store_true", help="the quick variant of every benchmark (about 5 minutes)")
     p.add_argument("--only", default=",".join(SCRIPTS), help=f"comma-separated subset of {', '.join(SCRIPTS)}")
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, default=common.RESULTS_DIR,
+                   help=f"folder of the results, passed to each script (default {common.RESULTS_DIR})")
+    args = p.parse_args(argv)
     chosen = [name for name in args.only.split(",") if name]
     unknown = sorted(set(chosen) - set(SCRIPTS))
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(SCRIPTS)}")
     started = time.time()
-    failed = []
+    failed: dict[str, str] = {}
+    timings = []
     for name in chosen:
         print(f"\n===== {name} =====", flush=True)
-        t0 = time.time()
-        done = subprocess.run([sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if args.quick else [])])
-        print(f"({name}: {time.time() - t0:.0f} s, exit {done.returncode})", flush=True)
-        if done.returncode != 0:
-            failed.append(name)
-    results = BENCH_DIR / "results"
-    found = goals(results, args.quick)
-    print(f"\n===== goals ({'quick' if args.quick else 'full'} runs; figures from the GPU simulator are simulated) =====")
-    print(f"{'goal':<28} {'figure':>9} {'target':>8}  met")
-    for goal in found:
-        figure = "-" if goal.figure is None else f"{goal.figure:.4g}"
-        print(f"{goal.goal:<28} {figure:>9} {goal.target:>8.4g}  {'yes' if goal.met else 'NO'}")
-    for goal in found:
-        print(f"  {goal.text}")
-    for line in other_lines(results, args.quick):
+        code, wall_s, cpu_s, why = run_one(name, args.quick, args.out)
+        if code is None:
+            print(f"({name}: not run: {why})", flush=True)
+        else:
+            print(f"({name}: {wall_s:.0f} s, {cpu_s:.0f} s of CPU, exit {code})", flush=True)
+            timings.append((name, wall_s, cpu_s))
+        if why:
+            failed[name] = why
+    found = goals(args.out, args.quick, failed)
+    print_goals(found, args.quick)
+    for line in other_lines(args.out, args.quick):
         print(f"  {line}")
     wall_s = time.time() - started
-    write_goals(results, args.quick, found, wall_s)
-    print(f"\nall benchmarks: {wall_s:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    write_goals(args.out, args.quick, found, wall_s)
+    if timings:
+        print("time per benchmark (wall s / CPU s of its processes): "
+              + ", ".join(f"{name} {w:.0f}/{c:.0f}" for name, w, c in timings))
+    print(f"\nall benchmarks: {wall_s:.0f} s" + (f"; FAILED: {', '.join(f'{n} ({w})' for n, w in failed.items())}"
+                                                  if failed else ""))
     return 1 if failed else 0
 
 
