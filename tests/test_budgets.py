@@ -6,11 +6,16 @@ the markers end to end are in tests/test_caps_budgets.py and tests/test_plugin_c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_gpuenergy.errors import BudgetError
-from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, select_budget
+from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, phase_failures, select_budget
 from pytest_gpuenergy.gpu.device import PowerLimits
+from pytest_gpuenergy.meter.results import PhaseFigures
+
+from helpers import gpu_result
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100 = PowerLimits(current_mw=700_000, enforced_mw=700_000, default_mw=700_000, min_mw=200_000, max_mw=700_000)
@@ -26,9 +31,9 @@ def test_a_markers_figures_gpu_and_cap_make_the_budget():
 
 
 @pytest.mark.parametrize(("args", "kwargs", "message"), [
-    ((900,), {}, "energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=), got positional [900]"),
+    ((900,), {}, "energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=, phase=), got positional [900]"),
     ((), {"ets": 1, "watts": 2, "joules": 3},
-     "energy_budget got unknown argument(s) joules, watts; allowed: ets=, edp=, time=, gpu=, cap=, domain="),
+     "energy_budget got unknown argument(s) joules, watts; allowed: ets=, edp=, time=, gpu=, cap=, domain=, phase="),
     ((), {"gpu": "H100"}, "energy_budget needs at least one of ets= (J), edp= (J s), time= (s)"),
     ((), {"ets": None}, "energy_budget needs at least one of ets= (J), edp= (J s), time= (s)"),
     ((), {"ets": -1}, "energy_budget ets= must be a positive number of J, got -1 (at most 1e+15 J)"),
@@ -38,6 +43,13 @@ def test_a_markers_figures_gpu_and_cap_make_the_budget():
     ((), {"ets": 1, "gpu": 100}, "energy_budget gpu= must be part of a GPU name such as 'H100', got 100"),
     ((), {"ets": 1, "cap": True}, "energy_budget cap= must be watts (200) or a percentage ('60%'), got True"),
     ((), {"ets": 1, "cap": [200]}, "energy_budget cap= must be watts (200) or a percentage ('60%'), got [200]"),
+    ((), {"ets": 1, "phase": 3},
+     "energy_budget phase= must name a phase marked with energy_meter.phase (or 'other'), got 3"),
+    ((), {"ets": 1, "phase": ""},
+     "energy_budget phase= must name a phase marked with energy_meter.phase (or 'other'), got ''"),
+    ((), {"ets": 1, "phase": "update", "domain": "cpu"},
+     "energy_budget phase='update' holds a phase of the GPUs' energy; drop domain='cpu' (phases are attributed from "
+     "the GPU's counter only)"),
 ])
 def test_a_bad_marker_is_an_error_that_names_the_problem_and_the_fix(args, kwargs, message):
     with pytest.raises(BudgetError) as refused:
@@ -81,3 +93,68 @@ def test_the_most_specific_matching_budget_applies_and_the_first_among_equals():
     twin = Budget(ets_j=9.0)
     assert select_budget([anywhere, twin], H100_NAME, 700_000, H100) is anywhere
     assert select_budget([by_cap], H100_NAME, 700_000, H100) is None
+
+
+# -- a phase's budget: energy_budget(phase="update", ...) ------------------------------------------
+
+def _phased(told: bool = True, **changes):
+    """An H100 result at 300 W whose region has forward and update phases (per call)."""
+    update = PhaseFigures(ets_j=0.9, ets_low_j=0.8, ets_high_j=1.0, time_s=0.0055, power_w=0.9 / 0.0055,
+                          time_share=0.4, energy_share=0.16, distinguishable=told,
+                          why_not="" if told else "always in the same proportions")
+    forward = PhaseFigures(4.7, 4.6, 4.8, 0.008, 587.5, 0.6, 0.84, True)
+    result = gpu_result(cap="300W", limit_w=300.0, gpu_name=H100_NAME, n=3, noise=0.0, **changes)
+    return replace(result, repetitions=tuple(replace(r, phases={"forward": forward, "update": update})
+                                             for r in result.repetitions))
+
+
+def test_a_phase_budget_names_its_phase_and_competes_only_with_its_own():
+    update = budget_from_marker((), {"ets": 1.0, "phase": " update ", "gpu": "H100"})
+    assert update.phase == "update" and update.domain == "gpu"
+    assert update.describe() == "energy_budget(ets=1, gpu='H100', phase='update')"
+    region = Budget(ets_j=5.0)
+    assert select_budget([update, region], H100_NAME, 700_000, H100) is region
+    assert select_budget([region, update], H100_NAME, 700_000, H100, phase="update") is update
+    assert select_budget([region], H100_NAME, 700_000, H100, phase="update") is None
+    assert budget_from_marker((), {"ets": 1.0}).phase is None
+
+
+def test_a_phase_that_misses_its_budget_is_one_line_with_the_phase_figure_budget_gpu_and_cap():
+    result = _phased()
+    assert result.phases is not None
+    within = [Budget(ets_j=0.95, time_s=0.006, edp_js=0.006, phase="update"), Budget(ets_j=1.0)]
+    assert phase_failures(within, result, H100, "") == []
+    over = [Budget(ets_j=0.5, phase="update"), Budget(time_s=0.001, edp_js=1.0, phase="forward", gpu="H100"),
+            Budget(ets_j=50.0, phase="forward")]
+    assert phase_failures(over, result, H100, " [2. region]") == [
+        "energy budget exceeded [2. region]: phase 'update' ETS 0.9 J > budget 0.5 J (+80.0 %) (true update ETS within "
+        "0.8-1 J) on GPU 0 NVIDIA H100 80GB HBM3 at cap 300W (enforced 300 W, simulated, n=3)",
+        "energy budget exceeded [2. region]: phase 'forward' T 0.008 s > budget 0.001 s (+700.0 %) (true forward ETS "
+        "within 4.6-4.8 J) on GPU 0 NVIDIA H100 80GB HBM3 at cap 300W (enforced 300 W, simulated, n=3)",
+    ]
+    edp = phase_failures([Budget(edp_js=0.001, phase="update")], result, H100, "")
+    assert edp[0].startswith("energy budget exceeded: phase 'update' EDP 0.00495 J s > budget 0.001 J s (+395.0 %) (")
+
+
+def test_a_phase_budget_matches_the_gpu_and_the_limit_the_test_ran_at():
+    result = _phased()
+    other_gpu = [Budget(ets_j=0.5, phase="update", gpu="V100")]
+    other_cap = [budget_from_marker((), {"ets": 0.5, "phase": "update", "cap": 400})]
+    at_cap = [budget_from_marker((), {"ets": 0.5, "phase": "update", "cap": 300})]
+    assert phase_failures(other_gpu, result, H100, "") == phase_failures(other_cap, result, H100, "") == []
+    assert len(phase_failures(at_cap, result, H100, "")) == 1
+    requested = replace(result, limit_requested_w=400.0)      # asked 400 W, enforced 300 W
+    assert phase_failures(other_cap, requested, H100, "") != [] and phase_failures(at_cap, requested, H100, "") == []
+
+
+def test_a_phase_the_region_lacks_or_could_not_tell_apart_is_said_in_one_line():
+    result = _phased()
+    assert phase_failures([Budget(ets_j=1.0, phase="optimizer")], result, H100, " [3. region]") == [
+        "energy_budget(ets=1, phase='optimizer') [3. region]: the region on GPU 0 has no phase 'optimizer'; its phases "
+        "are forward, update"]
+    bare = gpu_result(cap="300W", limit_w=300.0, gpu_name=H100_NAME, n=2, noise=0.0)
+    assert phase_failures([Budget(ets_j=1.0, phase="update")], bare, H100, "") == [
+        "energy_budget(ets=1, phase='update'): the region on GPU 0 has no phase 'update'; it has no phase marks "
+        "(with energy_meter.phase(...): inside the measured region)"]
+    [line] = phase_failures([Budget(ets_j=0.5, phase="update")], _phased(told=False), H100, "")
+    assert "(true update ETS within 0.8-1 J; the fit could not tell it from the others: always in the same proportions)" in line

@@ -116,3 +116,96 @@ def _run_paths(pytester: pytest.Pytester) -> list:
 
 def _run_ids(pytester: pytest.Pytester) -> list[str]:
     return [doc.run_id for doc in RunStore(pytester.path / ".energy").runs()]
+
+
+# -- energy_budget(phase=...) ----------------------------------------------------------------------
+
+BUDGETS = STEP.replace("def test_train(energy_meter):", "def _train(energy_meter):") + textwrap.dedent("""
+    import pytest
+
+
+    @pytest.mark.energy_budget(phase="update", ets=0.5)
+    def test_update_over(energy_meter):
+        _train(energy_meter)
+
+
+    @pytest.mark.energy_budget(phase="update", ets=50.0, time=1.0, edp=50.0)
+    @pytest.mark.energy_budget(ets=0.5)                      # the region's: it does not hold the phase
+    def test_region_over_update_within(energy_meter):
+        _train(energy_meter)
+
+
+    @pytest.mark.energy_budget(phase="update", gpu="H100", ets=0.5)    # the most specific: GPU model
+    @pytest.mark.energy_budget(phase="update", ets=50.0)
+    @pytest.mark.energy_budget(phase="update", gpu="V100", ets=50.0)   # another GPU's
+    def test_most_specific(energy_meter):
+        _train(energy_meter)
+
+
+    @pytest.mark.energy_budget(phase="backward", time=0.001, edp=1e-6)
+    def test_backward_time(energy_meter):
+        _train(energy_meter)
+
+
+    @pytest.mark.energy_budget(phase="optimizer", ets=1.0)
+    def test_unmarked_phase(energy_meter):
+        _train(energy_meter)
+
+
+    @pytest.mark.energy_budget(phase="update", ets=1.0)
+    def test_no_marks(energy_meter):
+        with energy_meter:
+            declare_work(bytes=1e10, kernels=10)
+""")
+
+
+def _failure_lines(result: pytest.RunResult, test: str) -> list[str]:
+    """The lines of ``test``'s failure report (between its header and the next one)."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if line.startswith("_") and f" {test} " in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("_", "="))), len(lines))
+    return [line for line in lines[start + 1:end] if line.strip()]
+
+
+@pytest.mark.slow
+def test_a_phase_budget_holds_that_phases_figures_and_a_miss_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_budgets=BUDGETS)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=0, failed=6)
+    [over] = _failure_lines(result, "test_update_over")
+    assert re.fullmatch(r"energy budget exceeded: phase 'update' ETS (\d\.\d+) J > budget 0\.5 J \(\+\d+\.\d %\) "
+                        r"\(true update ETS within \d\.\d+-\d\.\d+ J\) on GPU 0 NVIDIA H100 80GB HBM3 \(simulated\) "
+                        r"at cap current \(enforced 700 W, simulated, n=1\)", over), over
+    [region] = _failure_lines(result, "test_region_over_update_within")
+    assert region.startswith("energy budget exceeded: ETS ") and "phase" not in region
+    [specific] = _failure_lines(result, "test_most_specific")
+    assert specific.startswith("energy budget exceeded: phase 'update' ETS ") and "> budget 0.5 J" in specific
+    [backward] = _failure_lines(result, "test_backward_time")
+    assert re.match(r"energy budget exceeded: phase 'backward' EDP [\d.e-]+ J s > budget 1e-06 J s \(\+[\d.]+ %\); "
+                    r"T 0\.01\d+ s > budget 0\.001 s \(", backward), backward
+    assert _failure_lines(result, "test_unmarked_phase") == [
+        "energy_budget(ets=1, phase='optimizer'): the region on GPU 0 has no phase 'optimizer'; its phases are "
+        "forward, backward, update, other"]
+    assert _failure_lines(result, "test_no_marks") == [
+        "energy_budget(ets=1, phase='update'): the region on GPU 0 has no phase 'update'; it has no phase marks "
+        "(with energy_meter.phase(...): inside the measured region)"]
+
+
+@pytest.mark.parametrize(("marker", "message"), [
+    ('phase=3, ets=1.0', "energy_budget phase= must name a phase marked with energy_meter.phase (or 'other'), got 3"),
+    ('phase=" ", ets=1.0', "energy_budget phase= must name a phase marked with energy_meter.phase (or 'other'), got ' '"),
+    ('phase="update", domain="node", ets=1.0',
+     "energy_budget phase='update' holds a phase of the GPUs' energy; drop domain='node' (phases are attributed from "
+     "the GPU's counter only)"),
+])
+def test_a_bad_phase_budget_is_a_one_line_usage_error(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.energy_budget({marker})
+        def test_x(energy_meter):
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(line.endswith(message) for line in result.errlines + result.outlines), result.errlines

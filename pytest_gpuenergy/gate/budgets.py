@@ -1,9 +1,14 @@
-"""Energy budgets: ``@pytest.mark.energy_budget(ets=, edp=, time=, gpu=, cap=, domain=)``.
+"""Energy budgets: ``@pytest.mark.energy_budget(ets=, edp=, time=, gpu=, cap=, domain=, phase=)``.
 
 ``domain`` says whose energy the budget holds: ``"gpu"`` (the default) each GPU's, as measured by
 the GPU; ``"cpu"``, ``"dram"`` or ``"node"`` the host's CPU packages, its DRAM, or the node's total
 (the case's GPUs, CPU and DRAM together), which ``--energy-domains=gpu,cpu,dram`` measures
 (``meter/domains.py``). A domain's T is the region's, its EDP that ETS times T.
+
+``phase`` names a phase of the measured region (``energy_meter.phase("update")``, or ``"other"``:
+the unmarked rest): the budget then holds that phase's figures per call on each GPU, its ETS as the
+fit attributes it, its T (the marks' time) and their product, not the region's. A budget with a
+phase and one without never compete: the region's budgets hold the region, each phase's its phase.
 
 A test may carry several budgets; for each GPU (and each domain) the most specific one that matches applies:
 GPU model and cap, then GPU model, then cap, then one with neither. Among equally specific
@@ -26,10 +31,10 @@ from ..runs.validation import bounded_number, shown
 
 if TYPE_CHECKING:
     from ..gpu.device import PowerLimits
-    from ..meter.results import EnergyResult
+    from ..meter.results import EnergyResult, GpuResult
 
 _FIGURES = {m.key: (m.field, m.label, m.unit) for m in (ETS, EDP, TIME)}   # checked in this order
-_ALLOWED = set(_FIGURES) | {"gpu", "cap", "domain"}
+_ALLOWED = set(_FIGURES) | {"gpu", "cap", "domain", "phase"}
 BUDGET_DOMAINS: tuple[Domain, ...] = get_args(Domain)
 _CAP_TOLERANCE_MW = 500
 MAX_BUDGET = 1e15       # J, J s or s: far beyond any run, and small enough that every comparison stays finite
@@ -45,6 +50,7 @@ class Budget:
     exact_gpu: bool = False         # the GPU model by its whole name (a budgets file), not a part of it
     source: str | None = None       # where it was written: a budgets file's "path:line" (None: a marker)
     domain: Domain = "gpu"          # whose energy: each GPU's, or the host's cpu/dram, or the node's total
+    phase: str | None = None        # a phase of the region (energy_meter.phase): its figures, not the region's
 
     @property
     def specificity(self) -> int:
@@ -63,6 +69,8 @@ class Budget:
             parts.append(f"cap={self.cap.label}")
         if self.domain != "gpu":
             parts.append(f"domain={self.domain!r}")
+        if self.phase is not None:
+            parts.append(f"phase={self.phase!r}")
         return f"energy_budget({', '.join(parts)})"
 
 
@@ -70,12 +78,12 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
     """Validate one marker's arguments; every problem is a BudgetError naming it and the fix."""
     if args:
         raise BudgetError(
-            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=), got positional {shown(list(args))}"
+            f"energy_budget takes keyword arguments only (ets=, edp=, time=, gpu=, cap=, domain=, phase=), got positional {shown(list(args))}"
         )
     unknown = sorted(set(kwargs) - _ALLOWED)
     if unknown:
         raise BudgetError(
-            f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap=, domain="
+            f"energy_budget got unknown argument(s) {', '.join(unknown)}; allowed: ets=, edp=, time=, gpu=, cap=, domain=, phase="
         )
     figures = {}
     for key, (attr, _label, unit) in _FIGURES.items():
@@ -98,8 +106,16 @@ def budget_from_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget
     domain = kwargs.get("domain", "gpu")
     if domain not in BUDGET_DOMAINS:
         raise BudgetError(f"energy_budget domain= must be one of {', '.join(map(repr, BUDGET_DOMAINS))}, got {shown(domain)}")
+    phase = kwargs.get("phase")
+    if phase is not None and (not isinstance(phase, str) or not phase.strip()):
+        raise BudgetError(f"energy_budget phase= must name a phase marked with energy_meter.phase (or 'other'), "
+                          f"got {shown(phase)}")
+    if phase is not None and domain != "gpu":
+        raise BudgetError(f"energy_budget phase={phase!r} holds a phase of the GPUs' energy; drop domain={domain!r} "
+                          f"(phases are attributed from the GPU's counter only)")
     return Budget(ets_j=figures.get("ets_j"), edp_js=figures.get("edp_js"), time_s=figures.get("time_s"),
-                  gpu=gpu.strip() if gpu else None, cap=cap_spec, domain=domain)
+                  gpu=gpu.strip() if gpu else None, cap=cap_spec, domain=domain,
+                  phase=phase.strip() if phase is not None else None)
 
 
 def _positive_number(key: str, value: Any, unit: str) -> float:
@@ -110,11 +126,12 @@ def _positive_number(key: str, value: Any, unit: str) -> float:
 
 
 def select_budget(budgets: Iterable[Budget], gpu_name: str, limit_mw: int, limits: PowerLimits,
-                  domain: Domain = "gpu") -> Budget | None:
-    """The most specific matching budget of ``domain``; the first listed wins among equals."""
+                  domain: Domain = "gpu", phase: str | None = None) -> Budget | None:
+    """The most specific matching budget of ``domain`` and ``phase`` (None: the region's); the first
+    listed wins among equals."""
     best: Budget | None = None
     for budget in budgets:
-        if budget.domain != domain:
+        if budget.domain != domain or budget.phase != phase:
             continue
         if budget.matches(gpu_name, limit_mw, limits) and (best is None or budget.specificity > best.specificity):
             best = budget
@@ -149,7 +166,8 @@ def check_budget(budget: Budget, figures: Any) -> list[BudgetMiss]:
 
 @dataclass(frozen=True)
 class DomainFigures:
-    """A domain's figures as a budget reads them: its ETS per call, the region's T, and their EDP."""
+    """A domain's or a phase's figures as a budget reads them: its ETS per call, its T (a domain's: the
+    region's), and their EDP."""
 
     ets_j: float
     time_s: float
@@ -184,4 +202,32 @@ def domain_failures(budgets: Sequence[Budget], result: EnergyResult, limits: Pow
             origin = "simulated" if figure.simulated else "measured"
             lines.append(f"energy budget exceeded{where}: {domain} {'; '.join(m.describe() for m in misses)} "
                          f"(true {domain} ETS within {figures.low_j:.4g}-{figures.high_j:.4g} J; {origin}, n={result.n})")
+    return lines
+
+
+def phase_failures(budgets: Sequence[Budget], gpu: GpuResult, limits: PowerLimits, where: str) -> list[str]:
+    """One line per phase budget (``energy_budget(phase=...)``) that ``gpu``'s region misses, or that names
+    a phase the region does not have (``where``: the region, if several). The most specific budget of each
+    phase applies, matched by the GPU and the limit it ran at as a region's budget is."""
+    ran_at_mw = int(round(1000 * (gpu.limit_requested_w if gpu.limit_requested_w is not None else gpu.limit_enforced_w)))
+    lines = []
+    for phase in dict.fromkeys(b.phase for b in budgets if b.phase is not None):
+        budget = select_budget(budgets, gpu.gpu_name, ran_at_mw, limits, phase=phase)
+        if budget is None:
+            continue
+        found = gpu.phases
+        if not found or phase not in found:
+            has = (f"its phases are {', '.join(found)}" if found else
+                   "it has no phase marks (with energy_meter.phase(...): inside the measured region)")
+            lines.append(f"{budget.describe()}{where}: the region on GPU {gpu.gpu_index} has no phase {phase!r}; {has}")
+            continue
+        figure = found[phase]
+        misses = check_budget(budget, DomainFigures(figure.ets_j, figure.time_s, figure.ets_low_j, figure.ets_high_j))
+        if not misses:
+            continue
+        told = "" if figure.distinguishable else f"; the fit could not tell it from the others: {figure.why_not}"
+        lines.append(f"energy budget exceeded{where}: phase {phase!r} {'; '.join(m.describe() for m in misses)} "
+                     f"(true {phase} ETS within {figure.ets_low_j:.4g}-{figure.ets_high_j:.4g} J{told}) on GPU "
+                     f"{gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap} (enforced {gpu.limit_enforced_w:g} W, "
+                     f"{'simulated' if gpu.simulated else 'measured'}, n={len(gpu.repetitions)})")
     return lines

@@ -25,9 +25,10 @@ MARKERS = (
     "'max') instead of --gpu-clocks",
     "gpu_caps(*caps): run this test at these power caps (watts, '60%', 'min', 'max', 'default') "
     "instead of --gpu-caps",
-    "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None, domain='gpu'): fail the test when its measured "
-    "ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies; domain= "
-    "'cpu', 'dram' or 'node' (GPUs, CPU and DRAM together) holds the host's or the node's energy (--energy-domains)",
+    "energy_budget(ets=None, edp=None, time=None, gpu=None, cap=None, domain='gpu', phase=None): fail the test when "
+    "its measured ETS (J), EDP (J s) or time (s) exceeds the budget; the most specific matching budget applies; "
+    "domain= 'cpu', 'dram' or 'node' (GPUs, CPU and DRAM together) holds the host's or the node's energy "
+    "(--energy-domains); phase= a phase marked with energy_meter.phase (or 'other') holds that phase's figures per call",
     "energy(repeat=None, compute_bound=None, min_time=None, work=None, gpus=1): how to measure this test: calls of "
     "the test per case, how compute-bound it is (0..1, for the GPU simulator), shortest region in seconds, "
     "GPUs it runs on (a number or 'all')",

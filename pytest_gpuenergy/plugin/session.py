@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
-from ..gate.budgets import Budget, check_budget, domain_failures, select_budget
+from ..gate.budgets import Budget, check_budget, domain_failures, phase_failures, select_budget
 from ..gpu.capping import PowerCap, PowerCapper, power_journal_for
 from ..gpu.claims import Claim, claim_gpus, in_order
 from ..gpu.clocks import ClockCap, ClockCapper, ClockLock, clock_journal_for
@@ -505,13 +505,16 @@ class EnergySession:
         lines = []
         for case in self.cases_of(test_id):
             merged = case.merged
+            number = split_region(case.test_id)[1]
             for gpu in merged.per_gpu:
                 line = self._check_gpu(case.test_id, gpu, per_case[case.test_id])
                 if line:
                     lines.append(line)
+                if (gpu_limits := self.limits.get(gpu.gpu_uuid)) is not None:
+                    lines += phase_failures(per_case[case.test_id], gpu, gpu_limits,
+                                            f" [{number}. region]" if number is not None else "")
             limits = self.limits.get(merged.per_gpu[0].gpu_uuid)
             if limits is not None:
-                number = split_region(case.test_id)[1]
                 where = (f" [{number}. region]" if number is not None else "") + f" at cap {merged.per_gpu[0].cap}"
                 lines += domain_failures(per_case[case.test_id], merged, limits, where)
         return lines
