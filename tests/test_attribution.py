@@ -26,6 +26,9 @@ from pytest_gpuenergy.meter.attribution import (
     PhaseTimeline,
     _adjusted_to,
     _bounded_lstsq,
+    _confounded_groups,
+    _merge_noise_dominated,
+    _real_shares,
     attribute_phases,
     publication_arrays,
 )
@@ -224,6 +227,7 @@ def test_the_bounded_least_squares_matches_scipy_on_problems_with_active_limits(
         cost = lambda x: float(np.sum((a @ x - e) ** 2))   # noqa: E731
         assert cost(ours) <= cost(theirs) * (1 + 1e-7) + 1e-12
         assert np.all(ours >= 0) and np.all(ours <= 700)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6)       # a full-rank problem has one optimum
 
 
 def test_the_bound_is_the_two_sided_t_interval_of_the_larger_of_the_textbook_and_robust_variances():
@@ -692,3 +696,56 @@ def test_the_edges_of_what_is_allowed_are_accepted():
     assert attribute_phases(**figures).windows == 2                     # a counter that stands still, ETS on its bound
     assert attribute_phases(**figures | {"min_power_w": 0.0, "confidence": 0.5}).confidence == 0.5
     assert attribute_phases(**figures | {"dating_error_s": [0.0, 0.0, 0.0]}).windows == 2
+
+
+# -- phases the windows cannot tell apart: the grouping -------------------------------------------------
+
+@pytest.mark.parametrize(("errors_s", "real"), [
+    ([0.001] * 4, 1 - (1e-6 / 3 / 0.01) * (0.68 + 0.52 + 0.52) / 3 / (0.08 / 3)),
+    # each window's two edges with their own errors: (under - share)^2 d^2 / 3 at each
+    ([0.001, 0.002, 0.001, 0.003], 1 - ((0.04 * 4 + 0.64) + (0.16 + 0.36 * 4) + (0.16 * 9 + 0.36)) * 1e-6 / 3 / 0.01 / 3
+     / (0.08 / 3)),
+    ([0.0] * 4, 1.0),
+])
+def test_the_real_part_of_a_share_is_its_variance_less_the_dating_noise_worked_out_by_hand(errors_s, real):
+    # shares of phase 0: 0.2, 0.6, 0.4 (variance 0.08 / 3); the publications alternate between the phases
+    coverage = np.array([[0.02, 0.08], [0.06, 0.04], [0.04, 0.06]])
+    found = _real_shares(coverage, [[0], [1]], np.array([0, 1, 0, 1]), np.array(errors_s))
+    np.testing.assert_allclose(found, [real, real], rtol=1e-12)
+    assert _real_shares(coverage, [[0, 1]], np.array([0, 1, 0, 1]), np.array(errors_s)).tolist() == [-math.inf]
+
+
+def test_a_group_whose_share_varies_mostly_by_dating_noise_joins_the_group_it_moves_with():
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(0.02, 0.04, 50), rng.uniform(0.02, 0.04, 50)
+    c = 0.01 + 0.001 * (a - a.mean())               # hardly varies, and only with a
+    coverage = np.column_stack([a, b, c, 0.1 - a - b - c])
+    at_edge = rng.integers(0, 4, 51)
+    groups = [[0], [1], [2], [3]]
+    assert _merge_noise_dominated(coverage, groups, at_edge, np.full(51, 1e-3)) == [[1], [3], [0, 2]]
+    assert _merge_noise_dominated(coverage, groups, at_edge, np.full(51, 1e-7)) == groups   # all real enough
+    # with noise as large as the shares themselves every group goes, one pair at a time
+    assert _merge_noise_dominated(coverage, groups, at_edge, np.full(51, 0.05)) == [[0, 1, 2, 3]]
+
+
+def test_a_group_that_moves_with_none_joins_the_first_other():
+    coverage = np.column_stack([np.full(10, 0.05), np.full(10, 0.05)])    # no share varies at all
+    assert _merge_noise_dominated(coverage, [[0], [1]], np.zeros(11, dtype=int), np.full(11, 1e-4)) == [[0, 1]]
+    coverage3 = np.column_stack([np.full(10, 0.03), np.full(10, 0.03), np.full(10, 0.04)])
+    assert _merge_noise_dominated(coverage3, [[0], [1], [2]], np.zeros(11, dtype=int), np.full(11, 1e-4)) == [[0, 1, 2]]
+
+
+def test_columns_along_a_flat_direction_are_merged_and_the_rest_left_as_they_were():
+    x = np.random.default_rng(1).uniform(0, 1, (20, 3))
+    assert _confounded_groups(x, [[0], [1], [2]]) is None
+    assert _confounded_groups(np.column_stack([x[:, 0], 2 * x[:, 0], x[:, 1], x[:, 2]]),
+                              [[0], [1], [2], [3]]) == [[0, 1], [2], [3]]
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 1], x[:, 0] + x[:, 1], x[:, 2]]),
+                              [[0], [1], [2], [3]]) == [[0, 1, 2], [3]]
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 1], 2 * x[:, 0]]), [[1], [0], [2]]) == [[1], [0, 2]]
+    # groups of several columns are taken as their sum
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 1], x[:, 0] + x[:, 1], x[:, 2]]),
+                              [[0, 1], [2], [3]]) == [[0, 1, 2], [3]]
+    # flat to a part in a billion is flat; a part in ten million is information
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-10 * x[:, 1])]), [[0], [1]]) == [[0, 1]]
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-6 * x[:, 1])]), [[0], [1]]) is None
