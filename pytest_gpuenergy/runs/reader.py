@@ -178,18 +178,20 @@ class DocumentReader:
             ets_low_j=low,
             ets_high_j=high,
             phases=self.phases(data, where),
+            op_classes=self.phases(data, where, "op_classes"),
         )
 
-    def phases(self, data: dict, where: str) -> dict[str, PhaseFigures] | None:
-        """A repetition's ``phases`` (absent: the region had no phase marks): each figure within its bound."""
-        found = data.get("phases")
+    def phases(self, data: dict, where: str, key: str = "phases") -> dict[str, PhaseFigures] | None:
+        """A repetition's ``phases`` (absent: the region had no phase marks), or its ``op_classes``
+        (absent: measured without ``by_op``, or saved before them): each figure within its bound."""
+        found = data.get(key)
         if found is None:
             return None
         if not isinstance(found, dict) or not found:
-            raise self.fail(f"{where}.phases", "must be a non-empty object (or absent)")
+            raise self.fail(f"{where}.{key}", "must be a non-empty object (or absent)")
         phases = {}
         for name, figure in found.items():
-            at = f"{where}.phases.{name}"
+            at = f"{where}.{key}.{name}"
             if not isinstance(figure, dict):
                 raise self.fail(at, "must be an object")
             ets_j, low, high, time_s = (self.number(figure, key, at) for key in ("ets_j", "ets_low_j", "ets_high_j", "time_s"))

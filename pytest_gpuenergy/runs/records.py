@@ -39,7 +39,7 @@ example is ``docs/run-format.md``)::
           "limit_requested_w": 150.0 | null, "limit_enforced_w": 150.0, "default_limit_w": 700.0,
           "repetitions": [{"ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
                            "calls", "ets_low_j", "ets_high_j",     # per call; the bound holds the true ETS
-                           "phases"?}],                             # (absent in version 1); phases: see below
+                           "phases"?, "op_classes"?}],              # (absent in version 1); phases: see below
           "summary": {"n", "ets_j", "time_s", "edp_js", "mean_power_w", "peak_power_w",
                       "ets_std_j", "ets_cv", "ets_min_j", "ets_max_j"},
           "notes": ["..."],
@@ -51,6 +51,11 @@ example is ``docs/run-format.md``)::
 marks (``energy_meter.phase``), each phase by name (``other``: the unmarked rest) with ``ets_j``,
 ``ets_low_j``, ``ets_high_j``, ``time_s``, ``power_w``, ``time_share``, ``energy_share``,
 ``distinguishable`` (and ``why_not`` where false), per call.
+
+``op_classes`` (optional, beside ``phases``, the same figures): regions measured with
+``measure(fn, by_op=True)``, each operator class by name (``matmul``, ``attention``, ``elementwise``,
+``reduction``, ``memory``, ``communication``, ``idle``: those the region had). Documents saved
+before it have none, and load as before.
 
 Units are in the names (J, s, J s, W). Numbers that are undefined (a mean power over a zero
 duration) are written as ``null``. ``summary`` is written for readers of the file; on loading

@@ -11,15 +11,20 @@ waits on its launch near idle, as on a GPU. The simulator's exact energy between
 is that class's truth.
 
 Works on CPU tensors and on the ``meta`` device (nothing is computed: a model of any size, in no
-time). On ``meta`` ``scaled_dot_product_attention`` is not one fused operation but its parts
-(products, softmax); the parts it runs, forward and backward, count as attention all the same
-(a torch function mode sees the call; the autograd nodes it made are remembered by sequence number).
-Not modelled: the recurrent layers' cell-by-cell operations (``counting`` counts those as one
+time). ``scaled_dot_product_attention`` is one fused piece forward and one backward, as on a GPU
+(flash or memory-efficient attention), whatever parts torch runs it as on the host (on ``meta``:
+products and a softmax that would move the whole score matrix); a torch function mode sees the
+call, and its autograd nodes are remembered by sequence number for the backward.
+
+The step's work is counted here: do not declare it by hand as well (it would run twice; work
+declared by hand inside the step is counted to the operation after it). Not modelled: the
+recurrent layers' cell-by-cell operations (``counting`` counts those as one
 kernel per layer; here each is a piece), kernels overlapping on several streams.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -63,9 +68,12 @@ class SimOpTracer:
     def __init__(self, queue_time: Callable[[], float]) -> None:
         self.queue_time = queue_time
         self.marks: list[tuple[str, float, float]] | None = None    # the open region's, else None
-        self.attention_nodes: set[int] = set()      # sequence numbers of autograd nodes attention made
+        # sequence numbers of the autograd nodes an attention call made -> its backward piece (a list
+        # shared by them, emptied once declared)
+        self.attention_nodes: dict[int, list[GpuWork]] = {}
         self.inside_attention = 0
         self.unknown_flops: set[str] = set()        # products torch has no FLOP formula for (counted as bytes)
+        self.queued_s: float | None = None          # where the previous operation of this call ended on the queue
 
     @property
     def notes(self) -> list[str]:
@@ -78,6 +86,7 @@ class SimOpTracer:
         tracer = self
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            tracer.queued_s = None
             with _modes(tracer):
                 return fn(*args, **kwargs)
         return call
@@ -86,47 +95,90 @@ class SimOpTracer:
         return _Recording(self, marks)
 
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """One operation: run it (on CPU or meta tensors), then declare its work and mark where it ran."""
+        """One operation: run it (on CPU or meta tensors), then declare its work and mark where it ran.
+        The parts of an attention call, forward or backward, are not pieces: the call is (``attend``)."""
         import torch
 
         out = func(*args, **kwargs)
         packet = func._overloadpacket
         kind = op_class(packet.__name__)
-        if kind is None:
+        if kind is None or self.inside_attention:
             return out
-        if self.inside_attention or self._in_attention_backward(torch):
-            kind = ATTENTION
+        if self.attention_nodes:
+            node = torch._C._current_autograd_node()
+            backward = self.attention_nodes.get(node._sequence_nr()) if node is not None else None
+            if backward is not None:
+                if backward:
+                    self.declare(ATTENTION, backward.pop())
+                return out
         work = op_work(packet, args, kwargs, out)
         if kind == MATMUL and not (work.flops_fp32 or work.flops_tf32 or work.flops_fp16):
             self.unknown_flops.add(packet.__name__)
-        start_s = self.queue_time()
-        declare_work(work)
-        if self.marks is not None:
-            self.marks.append((kind, start_s, self.queue_time()))
+        self.declare(kind, work)
         return out
 
-    def _in_attention_backward(self, torch: Any) -> bool:
-        if not self.attention_nodes:
-            return False
-        node = torch._C._current_autograd_node()
-        return node is not None and node._sequence_nr() in self.attention_nodes
+    def declare(self, kind: str, work: GpuWork) -> None:
+        """Queue one piece on the simulated GPU and mark where the queue put it."""
+        # Within a call the GPU's queue only grows by these pieces, so one reading of it per piece
+        # gives both ends (reading it costs the simulator a pass over its GPUs).
+        start_s = self.queue_time() if self.queued_s is None else self.queued_s
+        declare_work(work)
+        self.queued_s = self.queue_time()
+        if self.marks is not None:
+            self.marks.append((kind, start_s, self.queued_s))
 
-    def remember_attention(self, out: Any, inputs: tuple) -> None:
-        """The autograd nodes an attention call made (from its output back to its inputs'), so that
-        their backward counts as attention too."""
+    def attend(self, call: Callable[[], Any], query: Any, key: Any, value: Any) -> Any:
+        """``scaled_dot_product_attention``: one fused piece forward and one backward, as on a GPU, where
+        it is one kernel each way that never writes the score matrix to memory (its parts, as torch
+        runs them on meta or CPU tensors, would move it; and would split attention between classes)."""
+        self.inside_attention += 1
+        try:
+            out = call()
+        finally:
+            self.inside_attention -= 1
+        if self.inside_attention:
+            return out
+        forward, backward = attention_work(query, key, value, out)
+        self.declare(ATTENTION, forward)
+        self._remember(out, (query, key, value), [backward])
+        return out
+
+    def _remember(self, out: Any, inputs: tuple, backward: list[GpuWork]) -> None:
+        """The autograd nodes the attention call made (from its output back to its inputs'): the first
+        of their backward operations declares ``backward``, the others none."""
         import torch
-        from torch.utils._pytree import tree_flatten
 
-        stop = {id(t.grad_fn) for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None}
-        todo: list[Any] = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        stop = {id(t.grad_fn) for t in inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        todo: list[Any] = [out.grad_fn] if isinstance(out, torch.Tensor) else []
         seen: set[int] = set()
         while todo:
             node = todo.pop()
             if node is None or id(node) in stop or id(node) in seen or not node.next_functions:
                 continue          # an input's node, or a leaf's AccumulateGrad (no next functions)
             seen.add(id(node))
-            self.attention_nodes.add(node._sequence_nr())
+            self.attention_nodes[node._sequence_nr()] = backward
             todo.extend(next_node for next_node, _ in node.next_functions)
+
+
+def attention_work(query: Any, key: Any, value: Any, out: Any) -> tuple[GpuWork, GpuWork]:
+    """A fused attention kernel's work, forward and backward: torch's FLOP formulas for attention;
+    the bytes of its inputs and output (forward), and of those, the output's gradient and the
+    inputs' gradients (backward)."""
+    import torch
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    def four_d(shape: Any) -> tuple[int, ...]:          # (batch, heads, length, width), however many leading dims
+        *lead, length, width = shape
+        return (math.prod(lead[:-1]) if len(lead) > 1 else 1, lead[-1] if lead else 1, length, width)
+
+    q, k, v, o = (four_d(t.shape) for t in (query, key, value, out))
+    sizes = [t.numel() * t.element_size() for t in (query, key, value, out)]
+    forward_flops = float(sdpa_flop_count(q, k, v))
+    backward_flops = float(sdpa_backward_flop_count(o, q, k, v))
+    unit = ("flops_fp16" if query.dtype in (torch.float16, torch.bfloat16)
+            else "flops_tf32" if torch.backends.cuda.matmul.allow_tf32 else "flops_fp32")
+    return (GpuWork(**{unit: forward_flops}, bytes=float(sum(sizes)), kernels=1),
+            GpuWork(**{unit: backward_flops}, bytes=float(2 * sum(sizes)), kernels=1))
 
 
 class _Recording:
@@ -156,15 +208,12 @@ def _modes(tracer: SimOpTracer) -> Any:
 
     class Attention(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
             if func is not attention:
-                return func(*args, **(kwargs or {}))
-            tracer.inside_attention += 1
-            try:
-                out = func(*args, **(kwargs or {}))
-            finally:
-                tracer.inside_attention -= 1
-            tracer.remember_attention(out, (args, kwargs))
-            return out
+                return func(*args, **kwargs)
+            named = dict(zip(("query", "key", "value"), args))
+            named.update((k, kwargs[k]) for k in ("query", "key", "value") if k in kwargs)
+            return tracer.attend(lambda: func(*args, **kwargs), named["query"], named["key"], named["value"])
 
     stack = contextlib.ExitStack()
     stack.enter_context(Attention())
