@@ -23,6 +23,8 @@ other processes falls on both sides alike.
   the work waits, so the estimate at a region of L seconds is (fixed + user CPU per second x L) / L.
 
 Goal (issues 6 and 11): at most 0.5 % for regions of 1 s and more, also with 2.4 ms reads.
+The goals' figures (``goals``: ``meter_overhead_python`` in counter mode, ``meter_overhead_slow_reads``
+with 2.4 ms reads) are the worst decomposed estimate at 1 s over python and torch work.
 
 Part 2, fixed cost per test. ``pytest`` runs, in subprocesses, a file of N trivial tests: without
 fixtures, with ``gpu_power_cap`` and ``energy_meter``, with an (empty) measured block, and with a
@@ -32,6 +34,11 @@ cap applied and restored (``--gpu-caps=60%``), plus the trivial file without the
 On the simulator an "NVML call" is Python code that holds the GIL while it runs (about 50 us a
 read); pynvml calls the real library through ctypes, which releases the GIL during the call, so
 the figures here are an upper bound for what the meter's thread costs on a real GPU.
+
+``--quick`` (about 50 s on an idle 2-core machine) measures what the goals' figures need and no
+more: the counter modes (not sampling), regions of 10 ms (16 pairs: the fixed cost) and 1 s (6
+measured regions, without unmeasured partners: the recorder's CPU per second, so no direct figure
+at 1 s), and not part 2. ``QUICK`` says so in the output and the JSON.
 """
 
 from __future__ import annotations
@@ -55,13 +62,17 @@ GOAL = 0.005            # 0.5 % of the region's wall time
 GOAL_FROM_S = 1.0       # for regions of 1 s and more
 
 FULL_LENGTHS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
-QUICK_LENGTHS = (0.01, 0.1, 1.0)
+QUICK_LENGTHS = (0.01, 1.0)
+QUICK_MODES = ("counter", "counter, 2.4 ms reads")      # the goals' modes
+UNPAIRED_FROM_S = 0.5   # --quick: regions this long are measured without an unmeasured partner
+QUICK = ("quick run: counter modes only (no sampling), regions of 10 ms (paired, 16 rounds) and 1 s (6 measured regions "
+         "without unmeasured partners: the decomposition only, no direct figure), no fixture costs (part 2)")
 
 
 def rounds_for(length_s: float, quick: bool) -> int:
     """Interleaved pairs per case: enough short ones for a precise fixed cost, as many long ones as time allows."""
     if quick:
-        return 16 if length_s < 0.5 else 6
+        return 16 if length_s < UNPAIRED_FROM_S else 6
     return {0.01: 40, 0.03: 40, 0.1: 25, 0.3: 15, 1.0: 15, 3.0: 9, 10.0: 5}.get(length_s, 5)
 
 
@@ -94,6 +105,7 @@ def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
     from pytest_gpuenergy.meter import EnergyMeter
 
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
+    modes = {mode: MODES[mode] for mode in QUICK_MODES} if args.quick else MODES
     torch_work = common.TorchWork()
     kinds: dict[str, Callable[[int], Any]] = {"python": common.python_work, "torch": torch_work.run}
     per_second = {kind: common.calibrate(run, 1.0, start=1000 if kind == "python" else 10) for kind, run in kinds.items()}
@@ -102,7 +114,7 @@ def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
     stack = []
     meters = {}
     gpu_names = []
-    for mode, (models, faults, read_ms, method) in MODES.items():
+    for mode, (models, faults, read_ms, method) in modes.items():
         ctx = common.private_sim(models, faults, counter_read_ms=read_ms)
         ctx.__enter__()
         stack.append(ctx)
@@ -116,7 +128,7 @@ def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
         meters[mode] = meter
         gpu_names.append(backend.select(None)[0].name)
 
-    cases = [(mode, kind, length) for mode in MODES for kind in kinds for length in lengths]
+    cases = [(mode, kind, length) for mode in modes for kind in kinds for length in lengths]
     samples: dict[tuple, dict[str, list[float]]] = {
         c: {"plain": [], "measured": [], "thread_cpu": [], "thread_user_cpu": [], "wait_after": []} for c in cases}
     rng = random.Random(args.seed)
@@ -130,7 +142,7 @@ def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
                 for case in todo:
                     mode, kind, length = case
                     run, units, meter = kinds[kind], max(1, round(per_second[kind] * length)), meters[mode]
-                    order = ["plain", "measured"]
+                    order = ["measured"] if args.quick and length >= UNPAIRED_FROM_S else ["plain", "measured"]
                     rng.shuffle(order)
                     for which in order:
                         start = time.perf_counter()
@@ -159,25 +171,36 @@ def region_overhead(args: Any) -> tuple[list[dict], list[str]]:
     for case in cases:
         mode, kind, length = case
         s = samples[case]
-        plain = common.median(s["plain"])
-        diffs = [m - p for m, p in zip(s["measured"], s["plain"])]
-        low, high = bootstrap_median_interval(diffs, rng)
         rows.append({
-            "mode": mode, "work": kind, "region_s": length, "pairs": len(diffs),
-            "plain_median_s": plain, "measured_median_s": common.median(s["measured"]),
-            "pair_diff_median_ms": common.median(diffs) * 1000,
-            "pair_diff_ci95_ms": [low * 1000, high * 1000],
-            "overhead": common.median(diffs) / plain,
-            "overhead_ci95": [low / plain, high / plain],
-            "plain_spread": (common.quantile(s["plain"], 0.75) - common.quantile(s["plain"], 0.25)) / plain,
+            "mode": mode, "work": kind, "region_s": length, "measured": len(s["measured"]),
+            **direct(s, rng, length >= GOAL_FROM_S),
+            "measured_median_s": common.median(s["measured"]),
             "thread_cpu_ms": common.median(s["thread_cpu"]) * 1000,
-            # user CPU is counted in 10 ms ticks: the mean over the pairs, not the median
+            # user CPU is counted in 10 ms ticks: the mean over the regions, not the median
             "thread_user_cpu_ms": statistics.fmean(s["thread_user_cpu"]) * 1000,
             "wait_after_ms": common.median(s["wait_after"]) * 1000,
             "goal_applies": length >= GOAL_FROM_S,
-            "goal_verdict": goal_verdict(low / plain, high / plain) if length >= GOAL_FROM_S else None,
         })
     return rows, gpu_names
+
+
+def direct(s: dict[str, list[float]], rng: random.Random, goal_applies: bool) -> dict[str, Any]:
+    """The direct figures of one case from its pairs (None each where it ran without unmeasured partners)."""
+    if not s["plain"]:
+        return {"pairs": 0, "plain_median_s": None, "pair_diff_median_ms": None, "pair_diff_ci95_ms": None,
+                "overhead": None, "overhead_ci95": None, "plain_spread": None, "goal_verdict": None}
+    plain = common.median(s["plain"])
+    diffs = [m - p for m, p in zip(s["measured"], s["plain"])]
+    low, high = bootstrap_median_interval(diffs, rng)
+    return {
+        "pairs": len(diffs), "plain_median_s": plain,
+        "pair_diff_median_ms": common.median(diffs) * 1000,
+        "pair_diff_ci95_ms": [low * 1000, high * 1000],
+        "overhead": common.median(diffs) / plain,
+        "overhead_ci95": [low / plain, high / plain],
+        "plain_spread": (common.quantile(s["plain"], 0.75) - common.quantile(s["plain"], 0.25)) / plain,
+        "goal_verdict": goal_verdict(low / plain, high / plain) if goal_applies else None,
+    }
 
 
 def decomposition(rows: list[dict]) -> list[dict]:
@@ -197,6 +220,25 @@ def decomposition(rows: list[dict]) -> list[dict]:
                             "goal_applies": r["goal_applies"],
                             "goal_met": (estimate <= GOAL) if r["goal_applies"] else None})
     return out
+
+
+# The goals (issue 28) and the mode each one is read from: the worst estimate over python and torch work.
+GOAL_MODES = {"meter_overhead_python": "counter", "meter_overhead_slow_reads": "counter, 2.4 ms reads"}
+
+
+def goals(parts: list[dict]) -> list[common.Goal]:
+    """The goals' figures: per goal's mode, the worst estimated overhead of regions of 1 s and more."""
+    found = []
+    for goal, mode in GOAL_MODES.items():
+        worst = max((d["estimated_overhead"] for d in parts if d["goal_applies"] and d["mode"] == mode), default=None)
+        if worst is None:
+            found.append(common.Goal(goal, None, GOAL, False, True,
+                                     reason=f"no region of {GOAL_FROM_S:g} s or more was measured in mode {mode}"))
+            continue
+        found.append(common.Goal(goal, worst, GOAL, worst <= GOAL, True,
+                                 f"meter overhead, {mode} (simulated), regions >= {GOAL_FROM_S:g} s, python and torch "
+                                 f"work: worst {worst:.2%} (goal <= {GOAL:.1%})"))
+    return found
 
 
 # -- part 2: fixture cost per test -----------------------------------------------------------------
@@ -256,19 +298,31 @@ def fixture_cost(args: Any) -> list[dict]:
     return rows
 
 
+def _ms_interval(r: dict) -> str:
+    if r["pair_diff_median_ms"] is None:
+        return "- (unpaired)"
+    return f"{r['pair_diff_median_ms']:.2f} [{r['pair_diff_ci95_ms'][0]:.1f}, {r['pair_diff_ci95_ms'][1]:.1f}]"
+
+
+def _pct_interval(r: dict) -> str:
+    if r["overhead"] is None:
+        return "- (unpaired)"
+    return f"{common.pct(r['overhead'], 2)} [{common.pct(r['overhead_ci95'][0], 2)}, {common.pct(r['overhead_ci95'][1], 2)}]"
+
+
 def main() -> None:
     args = common.parser(__doc__.splitlines()[0]).parse_args()
     started = time.time()
-    print(f"{NAME}{' (quick)' if args.quick else ''}: figures are on SIMULATED GPUs (the meter against the GPU simulator)\n")
+    print(f"{NAME}{' (quick)' if args.quick else ''}: figures are on SIMULATED GPUs (the meter against the GPU simulator)")
+    print(f"{QUICK}\n" if args.quick else "")
 
     region_rows, gpu_names = region_overhead(args)
     common.print_table(
         ["mode (simulated)", "work", "region s", "pairs", "plain s", "plain IQR", "diff ms [95 %]", "overhead [95 %]",
          "recorder CPU ms", "wait after ms", "goal <=0.5%"],
         [[r["mode"], r["work"], r["region_s"], r["pairs"], r["plain_median_s"], common.pct(r["plain_spread"], 1),
-          f"{r['pair_diff_median_ms']:.2f} [{r['pair_diff_ci95_ms'][0]:.1f}, {r['pair_diff_ci95_ms'][1]:.1f}]",
-          f"{common.pct(r['overhead'], 2)} [{common.pct(r['overhead_ci95'][0], 2)}, {common.pct(r['overhead_ci95'][1], 2)}]",
-          round(r["thread_cpu_ms"], 2), round(r["wait_after_ms"], 1), r["goal_verdict"] or "-"]
+          _ms_interval(r), _pct_interval(r), round(r["thread_cpu_ms"], 2), round(r["wait_after_ms"], 1),
+          r["goal_verdict"] or "-"]
          for r in region_rows],
         title="Region overhead, direct: the region's T around fixed work vs the same work unmeasured (median of paired "
               "differences); 'wait after': the meter waiting for the counter's next publication, outside T",
@@ -284,35 +338,45 @@ def main() -> None:
         title="Region overhead, decomposed: fixed cost per region (shortest regions) + the recorder's user CPU per "
               "second (Python under the GIL; its kernel time, waking up, does not hold the GIL)",
     )
-    fixture_rows = fixture_cost(args)
-    common.print_table(
-        ["variant", "tests", "runs", "median run s", "per test vs plain ms", "per run vs no plugin s"],
-        [[r["variant"], r["tests"], r["runs"], r["run_median_s"], round(r["per_test_vs_plain_ms"], 3),
-          round(r["per_run_vs_no_plugin_s"], 3)] for r in fixture_rows],
-        title="Fixture cost: pytest runs of N trivial tests in a subprocess (simulated H100)",
-    )
-    direct = [r["goal_verdict"] for r in region_rows if r["goal_applies"]]
+    fixture_rows = [] if args.quick else fixture_cost(args)
+    if fixture_rows:
+        common.print_table(
+            ["variant", "tests", "runs", "median run s", "per test vs plain ms", "per run vs no plugin s"],
+            [[r["variant"], r["tests"], r["runs"], r["run_median_s"], round(r["per_test_vs_plain_ms"], 3),
+              round(r["per_run_vs_no_plugin_s"], 3)] for r in fixture_rows],
+            title="Fixture cost: pytest runs of N trivial tests in a subprocess (simulated H100)",
+        )
+    verdicts = [r["goal_verdict"] for r in region_rows if r["goal_applies"] and r["goal_verdict"]]
     estimated = [d for d in parts if d["goal_applies"]]
     summary = {
         "goal": f"overhead <= {GOAL:.1%} for regions >= {GOAL_FROM_S:g} s",
-        "direct_verdicts": {v: direct.count(v) for v in ("met", "missed", "undecided")},
+        "direct_verdicts": {v: verdicts.count(v) for v in ("met", "missed", "undecided")},
         "estimate_goal_met": all(d["goal_met"] for d in estimated) if estimated else None,
         "worst_estimated_overhead_from_1s": max((d["estimated_overhead"] for d in estimated), default=None),
-        "worst_direct_overhead_from_1s": max((r["overhead"] for r in region_rows if r["goal_applies"]), default=None),
+        "worst_direct_overhead_from_1s": max((r["overhead"] for r in region_rows
+                                              if r["goal_applies"] and r["overhead"] is not None), default=None),
     }
     print(f"goal ({summary['goal']}): decomposition {'met' if summary['estimate_goal_met'] else 'NOT met'} "
           f"(worst estimate {common.pct(summary['worst_estimated_overhead_from_1s'], 2)}); direct verdicts "
-          + ", ".join(f"{n} {v}" for v, n in summary["direct_verdicts"].items() if n))
+          + (", ".join(f"{n} {v}" for v, n in summary["direct_verdicts"].items() if n) or "none (quick run)"))
+    modes = QUICK_MODES if args.quick else tuple(MODES)
     path = common.write_result(
         NAME,
         {
             "description": "wall time of a measured region vs the same region unmeasured; fixture cost per test",
             "settings": {"lengths_s": list(QUICK_LENGTHS if args.quick else FULL_LENGTHS), "seed": args.seed,
-                         "modes": {m: {"models": v[0], "faults": v[1], "counter_read_ms": v[2]} for m, v in MODES.items()}},
+                         "modes": {m: {"models": v[0], "faults": v[1], "counter_read_ms": v[2]}
+                                   for m, v in MODES.items() if m in modes},
+                         "rounds_per_length": {f"{length:g}": rounds_for(length, args.quick)
+                                               for length in (QUICK_LENGTHS if args.quick else FULL_LENGTHS)},
+                         "unpaired_from_s": UNPAIRED_FROM_S if args.quick else None,
+                         "fixture_cost": not args.quick},
+            "quick_scope": QUICK if args.quick else None,
             "summary": summary,
             "region_overhead": region_rows,
             "region_decomposition": parts,
             "fixture_cost": fixture_rows,
+            "goals": [goal.record() for goal in goals(parts)],
         },
         quick=args.quick, started=started, simulated_gpus=gpu_names, out_dir=args.out,
     )

@@ -11,20 +11,27 @@ a list of objects with ``goal``, ``figure``, ``target``, ``met``, ``simulated`` 
 result file and when it ran). The goals the project tracks (``EXPECTED``) are always listed: one
 without a figure (its script is missing or failed, or its result has no such goal) is not met, and
 says why (``reason``). A goal whose benchmark was not run (``--only``) takes its figure from that
-benchmark's last result file; one whose benchmark failed in this run takes none. The benchmarks
-run one at a time: each one's timing would disturb another's.
+benchmark's last result file; one whose benchmark failed in this run takes none.
+
+The benchmarks that time something run one at a time: each one's timing would disturb another's.
+Those whose figures do not depend on the host's load (``LOAD_FREE``: the simulator's virtual clock,
+Monte Carlo on seeded samples) run side by side before them. Each benchmark's wall and CPU seconds
+are printed at the end: on a busy host the CPU seconds say more about its time on an idle one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
-import resource
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +41,11 @@ from _common import Goal
 BENCH_DIR = Path(__file__).resolve().parent
 SCRIPTS = ("meter_overhead", "meter_accuracy", "detection_power", "energy_all_overhead", "phase_marks_overhead",
            "tune_accuracy", "suite_time", "compare_scaling", "startup")
+
+# Benchmarks whose figures do not depend on what else the host runs (the simulator's virtual clock,
+# Monte Carlo on seeded samples): run_all runs them side by side, before the others, which time
+# something and run one at a time.
+LOAD_FREE = ("tune_accuracy", "detection_power")
 
 # The goals the project tracks (issue 28), with the benchmark that gives each one's figure.
 EXPECTED = {
@@ -185,19 +197,67 @@ def print_goals(found: list[Goal], quick: bool) -> None:
             print(f"  {goal.text}")
 
 
-def run_one(name: str, quick: bool, out: Path) -> tuple[int | None, float, float, str]:
-    """Run one benchmark script: its exit status (None: the script is missing), wall and CPU seconds
-    (of its whole process tree), and why it failed."""
+@dataclass(frozen=True)
+class Ran:
+    """One benchmark script's run: its exit status (None: not run), wall and CPU seconds, why it failed."""
+
+    name: str
+    code: int | None
+    wall_s: float
+    cpu_s: float                 # user + system of its whole process tree
+    why: str
+
+
+def start(name: str, quick: bool, out: Path, log: Any = None) -> subprocess.Popen | Ran:
+    """Start one benchmark script (its output to ``log``, else to this one's), or say why it cannot run."""
     script = BENCH_DIR / f"{name}.py"
     if not script.exists():
-        return None, 0.0, 0.0, f"benchmarks/{script.name} is missing"
+        return Ran(name, None, 0.0, 0.0, f"benchmarks/{script.name} is missing")
     extra = ["--out", str(out)] if out != common.RESULTS_DIR else []
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.time()
-    done = subprocess.run([sys.executable, str(script), *(["--quick"] if quick else []), *extra])
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return done.returncode, time.time() - t0, cpu_s, "" if done.returncode == 0 else f"exit {done.returncode}"
+    return subprocess.Popen([sys.executable, str(script), *(["--quick"] if quick else []), *extra],
+                            stdout=log, stderr=subprocess.STDOUT if log else None)
+
+
+def finish(name: str, proc: subprocess.Popen, started: float) -> Ran:
+    """Wait for a started script; its CPU seconds come from wait4 (its own and its waited children's)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    return Ran(name, code, time.time() - started, usage.ru_utime + usage.ru_stime, "" if code == 0 else f"exit {code}")
+
+
+def run_each(names: list[str], quick: bool, out: Path) -> list[Ran]:
+    """The load-free benchmarks side by side (their output shown as each ends), then the others one at a time."""
+    ran = []
+    together = [name for name in names if name in LOAD_FREE]
+    if together:
+        print(f"\n===== side by side: {', '.join(together)} (figures that do not depend on the host's load) =====",
+              flush=True)
+        with tempfile.TemporaryDirectory(prefix="gpuenergy-run-all-") as folder, contextlib.ExitStack() as files:
+            logs = {name: files.enter_context(open(Path(folder) / f"{name}.log", "w+", encoding="utf-8"))
+                    for name in together}
+            t0 = time.time()
+            procs = {name: start(name, quick, out, logs[name]) for name in together}
+            for name, proc in procs.items():
+                done = proc if isinstance(proc, Ran) else finish(name, proc, t0)
+                logs[name].seek(0)
+                print(f"\n===== {name} =====\n{logs[name].read()}", end="", flush=True)
+                ran.append(report(done))
+    for name in names:
+        if name in LOAD_FREE:
+            continue
+        print(f"\n===== {name} =====", flush=True)
+        t0 = time.time()
+        proc = start(name, quick, out)
+        ran.append(report(proc if isinstance(proc, Ran) else finish(name, proc, t0)))
+    return ran
+
+
+def report(done: Ran) -> Ran:
+    if done.code is None:
+        print(f"({done.name}: not run: {done.why})", flush=True)
+    else:
+        print(f"({done.name}: {done.wall_s:.0f} s, {done.cpu_s:.0f} s of CPU, exit {done.code})", flush=True)
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,18 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(SCRIPTS)}")
     started = time.time()
-    failed: dict[str, str] = {}
-    timings = []
-    for name in chosen:
-        print(f"\n===== {name} =====", flush=True)
-        code, wall_s, cpu_s, why = run_one(name, args.quick, args.out)
-        if code is None:
-            print(f"({name}: not run: {why})", flush=True)
-        else:
-            print(f"({name}: {wall_s:.0f} s, {cpu_s:.0f} s of CPU, exit {code})", flush=True)
-            timings.append((name, wall_s, cpu_s))
-        if why:
-            failed[name] = why
+    ran = run_each(chosen, args.quick, args.out)
+    failed = {done.name: done.why for done in ran if done.why}
+    timings = [done for done in ran if done.code is not None]
     found = goals(args.out, args.quick, failed)
     print_goals(found, args.quick)
     for line in other_lines(args.out, args.quick):
@@ -232,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     write_goals(args.out, args.quick, found, wall_s)
     if timings:
         print("time per benchmark (wall s / CPU s of its processes): "
-              + ", ".join(f"{name} {w:.0f}/{c:.0f}" for name, w, c in timings))
+              + ", ".join(f"{done.name} {done.wall_s:.0f}/{done.cpu_s:.0f}" for done in timings))
     print(f"\nall benchmarks: {wall_s:.0f} s" + (f"; FAILED: {', '.join(f'{n} ({w})' for n, w in failed.items())}"
                                                   if failed else ""))
     return 1 if failed else 0

@@ -121,7 +121,8 @@ def test_a_goal_without_a_figure_is_listed_as_not_met_with_the_reason(tmp_path):
 
 
 def test_run_all_runs_each_script_and_a_missing_one_is_a_failed_benchmark_not_a_crash(tmp_path, monkeypatch, capsys):
-    """Scripts given --quick and --out write their goals; one that is not there is listed at the end."""
+    """Scripts given --quick and --out write their goals; the load-free ones run side by side and show
+    their output when they end; one that is not there, or fails, is listed at the end."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     (scripts / "writes_a_goal.py").write_text(textwrap.dedent("""
@@ -130,15 +131,20 @@ def test_run_all_runs_each_script_and_a_missing_one_is_a_failed_benchmark_not_a_
         assert "--quick" in sys.argv
         goal = {"goal": "meter_overhead_python", "figure": 0.003, "target": 0.005, "met": True, "simulated": True}
         open(out + "/writes_a_goal-quick.json", "w").write(json.dumps({"simulated": True, "goals": [goal]}))
+        print("wrote the goal")
     """))
+    (scripts / "fails.py").write_text("raise SystemExit(3)\n")
     monkeypatch.setattr(run_all, "BENCH_DIR", scripts)
-    monkeypatch.setattr(run_all, "SCRIPTS", ("writes_a_goal", "not_written_yet"))
+    monkeypatch.setattr(run_all, "SCRIPTS", ("writes_a_goal", "not_written_yet", "fails"))
+    monkeypatch.setattr(run_all, "LOAD_FREE", ("writes_a_goal", "not_written_yet"))
     results = tmp_path / "results"
     results.mkdir()
     assert run_all.main(["--quick", "--out", str(results)]) == 1
     out = capsys.readouterr().out
+    assert "side by side: writes_a_goal, not_written_yet" in out
+    assert "===== writes_a_goal =====\nwrote the goal\n(writes_a_goal: 0 s, 0 s of CPU, exit 0)" in out
     assert "(not_written_yet: not run: benchmarks/not_written_yet.py is missing)" in out
-    assert "FAILED: not_written_yet (benchmarks/not_written_yet.py is missing)" in out
+    assert "FAILED: not_written_yet (benchmarks/not_written_yet.py is missing), fails (exit 3)" in out
     written = {row["goal"]: row for row in json.loads((results / "goals-quick.json").read_text())}
     assert written["meter_overhead_python"]["met"] and written["meter_overhead_python"]["figure"] == 0.003
     assert set(written) == set(run_all.EXPECTED)
