@@ -102,6 +102,19 @@ def test_a_baseline_named_by_id_must_exist(tmp_path):
         gate.check_baselines("sim", [H100])
 
 
+def test_a_padded_latest_is_the_latest_run_of_the_sessions_own_model_and_backend(tmp_path):
+    """``--energy-compare=" latest"`` (a quoted shell variable) names a run the store resolves: the
+    latest of the session's GPU model and backend, never another model's run."""
+    store = RunStore(tmp_path / "runs")
+    store.save(make_doc(gpu_name=V100))
+    gate = EnergyGate(GateOptions(storage=store.folder, compare=" latest "))
+    gate.check_baselines("sim", [V100])
+    with pytest.raises(StorageError) as caught:
+        gate.check_baselines("sim", [H100])
+    assert str(caught.value) == (f"no saved run for {H100} (backend sim) in {store.folder}; "
+                                 f"save one with pytest --energy-save")
+
+
 # -- the end of a session --------------------------------------------------------------------------
 
 def test_a_session_that_measured_nothing_says_so_only_when_the_gate_was_asked_for(tmp_path, monkeypatch):
