@@ -14,6 +14,7 @@ import torch
 
 from pytest_gpuenergy.errors import MeasurementError
 from pytest_gpuenergy.meter import op_classes
+from pytest_gpuenergy.meter.energy_meter import EnergyMeter
 from pytest_gpuenergy.meter.op_classes import (
     ATTENTION,
     COMMUNICATION,
@@ -329,9 +330,10 @@ BLOCK = textwrap.dedent("""
 def test_a_transformer_blocks_classes_against_the_simulators_truth(pytester: pytest.Pytester) -> None:
     """Products and attention, the step's energy, are each within 5 % of the simulator's exact energy
     between their marks and inside their bounds; the small classes are inside their bounds where the
-    fit tells them apart; the classes add up to the region's ETS; the run document keeps them."""
+    fit tells them apart; the classes add up to the region's ETS; --energy-phases shows them and the
+    run document keeps them."""
     pytester.makepyfile(test_block=BLOCK)
-    result = pytester.runpytest_subprocess("-s", "--energy-save", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("-s", "--energy-save", "--energy-phases", "-p", "no:randomly")
     result.assert_outcomes(passed=1)
     [case] = [json.loads(line.split("CLASSES ", 1)[1]) for line in result.outlines if "CLASSES {" in line]
     classes, truth = case["classes"], case["truth"]
@@ -347,6 +349,50 @@ def test_a_transformer_blocks_classes_against_the_simulators_truth(pytester: pyt
         else:
             assert figure["why_not"], name
     assert math.fsum(f["ets_j"] for f in classes.values()) == pytest.approx(case["ets_j"], rel=1e-9)
+    result.stdout.fnmatch_lines(["energy per operator class, per call*", "*test_block [[]current[]] (sim): ETS * J per call",
+                                 "*class * ETS * bound * T * P * time * energy", "*matmul *J *J-*J *s *W *% *%"])
     [path] = (pytester.path / ".energy").rglob("*.json")
     saved = json.loads(path.read_text())["cases"][0]
     assert list(saved["op_classes"]) == list(classes) and "phases" not in saved
+
+
+@pytest.mark.slow
+def test_classes_always_in_the_same_proportion_are_said_to_be_inseparable_with_bounds_that_hold(backend) -> None:
+    """Element-wise and copy kernels of tens of microseconds, one after the other: every counter window
+    holds them in the same proportion, give or take less than its publications' dating error, so no
+    fit can split their energy. The result says so, and each bound still holds the simulator's truth."""
+    gpu = backend.select(None)[0]
+    backend.begin_test("inseparable", [gpu])
+    meter = EnergyMeter(backend, [gpu])
+    x, y = torch.empty(10_000_000, device="meta"), torch.empty(10_000_000, device="meta")
+
+    def step() -> None:
+        for _ in range(4):
+            x.add_(1.0)           # 80 MB read and written: about 45 us on a simulated H100
+            x.copy_(y)            # 120 MB: about 65 us
+
+    result = meter.measure(step, min_time_s=1.0, by_op=True)
+    truth = _truth(meter, gpu, result)
+    classes = result.op_classes
+    assert classes is not None and set(classes) <= {ELEMENTWISE, MEMORY, IDLE}
+    for name in (ELEMENTWISE, MEMORY):
+        assert not classes[name].distinguishable, (name, classes[name])
+        assert "cannot tell it from" in classes[name].why_not
+    for name, figure in classes.items():
+        assert figure.ets_low_j <= truth[name] <= figure.ets_high_j, (name, figure, truth[name])
+    assert math.fsum(f.ets_j for f in classes.values()) == pytest.approx(result.ets_j, rel=1e-9)
+
+
+def _truth(meter: EnergyMeter, gpu, result) -> dict[str, float]:
+    """Each class's exact energy per call between its marks in the last region (the simulator's integral)."""
+    def exact_j(t0: float, t1: float) -> float:
+        return (gpu.nvml.simExactEnergyMj(gpu.handle, t1) - gpu.nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+
+    assert meter.last_region is not None
+    (t0, t1), calls = meter.last_region, result.repetitions[-1].calls
+    truth: dict[str, float] = {}
+    for name, start, end in meter.last_op_marks:
+        if end > t0 and start < t1:
+            truth[name] = truth.get(name, 0.0) + exact_j(max(start, t0), min(end, t1)) / calls
+    truth[IDLE] = exact_j(t0, t1) / calls - sum(truth.values())
+    return truth
