@@ -224,6 +224,15 @@ def test_every_asked_for_report_is_written_and_the_job_summary_appended(tmp_path
     assert summary.read_text() == "earlier step\n" + markdown_report(docs, comparisons) + "\n"
 
 
+def test_a_report_the_session_cannot_write_fails_the_gate(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    blocked = tmp_path / "a-file" / "r.md"                # its folder is a file
+    gate = EnergyGate(GateOptions(storage=tmp_path / "runs", save=True, markdown=blocked, json=tmp_path / "r.json"))
+    outcome = finish(gate, session_cases())
+    assert outcome.errors == [f"cannot write the report {blocked}: Not a directory"] and outcome.failed
+    assert outcome.lines[-1] == f"gpuenergy: wrote {tmp_path / 'r.json'}" and len(saved_files(tmp_path / "runs")) == 1
+
+
 # -- the baselines the reports plot ----------------------------------------------------------------
 
 def test_the_baselines_of_comparable_comparisons_are_read_and_missing_ones_left_out(tmp_path):
