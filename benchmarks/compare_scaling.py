@@ -6,7 +6,7 @@ Each size compares a run of N cases against its baseline with the two earlier ru
 (the gate then also estimates the noise between sessions from the saved runs), as
 ``gpuenergy compare`` and ``--energy-compare`` do; once on the same GPU and once with the new run
 on another GPU index (cases pair by test and cap only). The documents are the realistic ones the
-comparison tests build (``tests/energy_factories.py``: three repetitions per case, seeded noise).
+comparison tests build (``tests/helpers.py``: three repetitions per case, seeded noise).
 No GPU is involved: the figures are the comparison's CPU time on this machine.
 
 A pairing or history scan that is quadratic in the cases shows as a ratio near 64 between N and
@@ -23,9 +23,9 @@ import _common as common
 
 sys.path.insert(0, str(common.REPO_ROOT / "tests"))
 
-from energy_factories import wide_runs  # noqa: E402
-
 from pytest_gpuenergy.gate.compare import compare_documents  # noqa: E402
+
+from helpers import wide_runs  # noqa: E402
 
 NAME = "compare_scaling"
 GATE = {"ets": 5.0}

@@ -15,14 +15,18 @@ Every combination of:
   (20 ms of work, 15 ms idle, repeated);
 * **API**: a ``with meter:`` block of the given length, started at a random moment; and
   ``meter.measure(fn)`` with calls of that length (its region is at least 0.5 s);
-* **length**: 5, 15, 50, 100, 200, 500 ms, 1, 2, 5 s (quick: 5, 15, 50, 200 ms, 1, 2 s);
-* **load**: the other core idle, and busy with a CPU hog.
+* **length**: 5, 15, 50, 100, 200, 500 ms, 1, 2, 5 s (quick: 15 ms and 1 s);
+* **load**: the other core idle, and busy with a CPU hog (quick: idle only).
 
 Per region: the error (measured / exact - 1), whether the bound [ets_low_j, ets_high_j] holds the
 exact integral, whether ETS is 0 for work done, and whether the mean power exceeds the GPU's
 highest limit. Goals (issue 11): no 0 J figure; no mean power above the GPU's maximum; the bound
 holds the truth in at least 99 % of regions; median |error| <= 0.5 % (counter) and <= 2 %
 (sampling) for regions of 1 s and more.
+
+``--quick`` (about 30 s on an idle 2-core machine): one region per combination at 15 ms (shorter
+than a counter period) and 1 s (the goal's length), the other core idle only: 8 regions a mode
+(the full run: 216); ``QUICK`` says so in the output and the JSON.
 """
 
 from __future__ import annotations
@@ -43,7 +47,11 @@ GOALS = {"counter": 0.005, "sampling": 0.02}
 BOUND_GOAL = 0.99
 
 FULL_LENGTHS = (0.005, 0.015, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-QUICK_LENGTHS = (0.005, 0.015, 0.05, 0.2, 1.0, 2.0)
+QUICK_LENGTHS = (0.015, 1.0)
+LOADS = ("idle", "busy")
+QUICK_LOADS = ("idle",)
+QUICK = ("quick run: regions of 15 ms and 1 s, one of each combination (8 a mode), the other core idle only "
+         "(the full run: 9 lengths from 5 ms to 5 s, 3 rounds, idle and busy: 216 a mode)")
 
 MODES = {
     # name: (simulated models, faults, counter read ms, expected method)
@@ -105,7 +113,7 @@ def run(args: Any) -> tuple[list[dict], list[dict], list[str]]:
     regions: list[dict] = []
     gpu_names: list[str] = []
     rng = random.Random(args.seed)
-    for load in ("idle", "busy"):
+    for load in QUICK_LOADS if args.quick else LOADS:
         hog = _cpu_hog() if load == "busy" else None
         try:
             for mode, (models, faults, read_ms, method) in MODES.items():
@@ -185,7 +193,8 @@ def main() -> None:
     args = common.parser(__doc__.splitlines()[0]).parse_args()
     started = time.time()
     print(f"{NAME}{' (quick)' if args.quick else ''}: SIMULATED GPUs; the truth is the simulator's exact integral "
-          f"of its own power model\n", flush=True)
+          f"of its own power model", flush=True)
+    print(f"{QUICK}\n" if args.quick else "", flush=True)
     rows, summaries, regions, gpu_names = run(args)
     common.print_table(
         ["mode (simulated)", "API", "length", "n", "median |err|", "max |err|", "bound width", "bound holds",
@@ -193,7 +202,8 @@ def main() -> None:
         [[r["mode"], r["api"], f"{r['length_s'] * 1000:g} ms", r["regions"], common.pct(r["median_abs_error"]),
           common.pct(r["max_abs_error"]), common.pct(r["median_bound_width"]), f"{r['bound_holds']}/{r['regions']}",
           r["zero_j"], r["above_max_power"], r["coarse_warnings"]] for r in rows],
-        title="Measured ETS vs the simulator's exact integral (steady and bursty work, other core idle and busy)",
+        title="Measured ETS vs the simulator's exact integral (steady and bursty work, other core "
+              f"{'idle' if args.quick else 'idle and busy'})",
     )
     common.print_table(
         ["mode (simulated)", "regions", "0 J", "P > max", "bound holds", f"goal {BOUND_GOAL:.0%}",
@@ -207,7 +217,9 @@ def main() -> None:
         NAME,
         {
             "description": "measured ETS and its bound vs the GPU simulator's exact integral over the same region",
+            "quick_scope": QUICK if args.quick else None,
             "settings": {"lengths_s": list(QUICK_LENGTHS if args.quick else FULL_LENGTHS), "seed": args.seed,
+                         "loads": list(QUICK_LOADS if args.quick else LOADS), "rounds": 1 if args.quick else 3,
                          "modes": {m: {"models": v[0], "faults": v[1], "counter_read_ms": v[2], "method": v[3]}
                                    for m, v in MODES.items()},
                          "goals": GOALS, "bound_goal": BOUND_GOAL, "goal_from_s": GOAL_FROM_S},
