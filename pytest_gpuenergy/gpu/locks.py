@@ -5,9 +5,10 @@ run at the same time, and the energy one test measures must not include another 
 The lock is an ``flock`` on a file per GPU UUID (the kernel drops it if the holder dies, so a
 killed run never leaves a GPU locked). Within a process it is reentrant: the fixture that holds
 a GPU for a whole test, the capper and the meter can all take it. The lock folder is reached by a
-checked walk and the lock file opened through it without following a link, never truncated or
-written (``fileio.open_lock_file``), and readable by its owner only: another user can neither make
-a session overwrite a file nor hold a GPU's lock (``flock`` needs only a read-only descriptor). A
+checked walk (once per process: its descriptor is kept, ``trusted_path.HeldFolder``) and the lock
+file opened through it without following a link, never truncated or written
+(``fileio.open_lock_file``), and readable by its owner only: another user can neither make a
+session overwrite a file nor hold a GPU's lock (``flock`` needs only a read-only descriptor). A
 wait names the process that really holds the lock, as the kernel says (``/proc/locks``).
 """
 
@@ -22,10 +23,11 @@ from pathlib import Path
 
 from ..errors import GpuBusyError
 from ..fileio import open_lock_file, wait_for_lock
-from ..trusted_path import opened_folder, state_owners
+from ..trusted_path import HeldFolder, state_owners
 
 DEFAULT_TIMEOUT_S = 3600.0
 LOCK_FOLDER_MODE = 0o700
+_FOLDERS_KEPT = 4        # lock folders whose descriptors are kept
 _SAY_AFTER_S = 2.0      # a wait longer than this is said on the terminal (whose lock, how to stop)
 
 
@@ -44,7 +46,23 @@ class _Held:
 
 
 _registry: dict[Path, _Held] = {}
+_folders: dict[Path, HeldFolder] = {}
 _mutex = threading.Lock()
+
+
+def _open_lock(path: Path) -> int:
+    """Open ``path``'s lock file through its folder's descriptor, from a checked walk done once
+    (``trusted_path.HeldFolder``): a session takes its GPU's lock for every test, and the walk from
+    ``/`` costs more than the lock. A few folders are kept (each test of the plugin's own suite has
+    one); under the mutex, so that none is closed while it is used."""
+    with _mutex:
+        held = _folders.pop(path.parent, None)
+        if held is None:
+            held = HeldFolder(path.parent, owners=state_owners(), create_mode=LOCK_FOLDER_MODE)
+            while len(_folders) >= _FOLDERS_KEPT:
+                _folders.pop(next(iter(_folders))).close()
+        _folders[path.parent] = held          # the most recent last
+        return open_lock_file(held.fd(create=True), path.name, shown=path)
 
 
 def _acquire(path: Path, timeout_s: float) -> None:
@@ -53,8 +71,7 @@ def _acquire(path: Path, timeout_s: float) -> None:
         if held is not None:
             held.count += 1
             return
-    with opened_folder(path.parent, owners=state_owners(), create_mode=LOCK_FOLDER_MODE) as folder_fd:
-        fd = open_lock_file(folder_fd, path.name, shown=path)
+    fd = _open_lock(path)
 
     def busy(holder: str) -> GpuLockBusy:
         return GpuLockBusy(

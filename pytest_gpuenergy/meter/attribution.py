@@ -38,12 +38,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import MeasurementError
 from ..gate.student_t import student_t_ppf
+from ..lazy import LazyModule
 from .integrate import Publication
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy")      # only a region with phase marks needs it (see ``lazy.LazyModule``)
 
 OTHER = "other"                 # the time between marked phases
 DEFAULT_CONFIDENCE = 0.99

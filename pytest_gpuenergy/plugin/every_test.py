@@ -15,24 +15,40 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..gpu.specs import parse_caps
-from .fixtures import SETTINGS_KEY, test_session
+from .fixtures import SETTINGS_KEY, held_gpus, test_session
 from .knobs import Knob, held_setting, uses_plugin_fixture
 
 if TYPE_CHECKING:
     from ..meter import EnergyMeter
+    from .session import EnergySession
 
 FIXTURE = "_gpuenergy_every_test"
 # The power cap of a test that does not take gpu_power_cap: the same marker and option, another fixture.
 EVERY_TEST_KNOB = Knob(FIXTURE, "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
 METER_KEY = pytest.StashKey["EnergyMeter"]()
+LEASE_FIXTURE = "_gpuenergy_lease"      # the fixtures.py fixture that holds a test's GPUs
 
 
 class EveryTest:
     """The plugin object ``--energy-all`` registers (its fixture is found on it)."""
 
     @pytest.fixture(autouse=True)
-    def _gpuenergy_every_test(self, request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Iterator[None]:
+    def _gpuenergy_every_test(self, request: pytest.FixtureRequest) -> Iterator[None]:
         session = test_session(request)
+        lease = None
+        if LEASE_FIXTURE in request.fixturenames:      # a fixture of the plugin that the test takes holds them
+            request.getfixturevalue(LEASE_FIXTURE)
+        else:
+            lease = held_gpus(request, session)
+            next(lease)                         # the test's GPUs held (or the test skipped or failed)
+        try:
+            yield from self._measured(request, session)
+        finally:
+            if lease is not None:
+                lease.close()                   # the GPUs let go (a figure that could not be worked out fails the test)
+
+    @staticmethod
+    def _measured(request: pytest.FixtureRequest, session: EnergySession) -> Iterator[None]:
         setting = None
         caps_apply = hasattr(request, "param") or session.options.caps or request.node.get_closest_marker("gpu_caps")
         if caps_apply and not uses_plugin_fixture(request.node, "gpu_power_cap"):

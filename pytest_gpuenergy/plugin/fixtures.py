@@ -8,7 +8,7 @@ if nothing did before, and every problem is one line that fails the test, never 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .session import EnergySession
 
 SETTINGS_KEY = pytest.StashKey[dict]()     # the test's energy(...) marker, checked at collection
+HELD_KEY = pytest.StashKey[bool]()         # the test's GPUs are held now (``held_gpus``)
 POWER_KNOB = Knob("gpu_power_cap", "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
 
 
@@ -40,7 +41,16 @@ def test_session(request: pytest.FixtureRequest) -> EnergySession:
 @pytest.fixture
 def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
     """Holds the test's GPUs for the whole test: one, or ``energy(gpus=N)`` (see ``EnergySession.lease``)."""
-    session = test_session(request)
+    if request.node.stash.get(HELD_KEY, False):
+        yield       # --energy-all's fixture holds them (the test asked for a fixture late: request.getfixturevalue)
+        return
+    yield from held_gpus(request, test_session(request))
+
+
+def held_gpus(request: pytest.FixtureRequest, session: EnergySession) -> Generator[None, None, None]:
+    """The lease's steps: hold the test's GPUs, yield, let them go. ``_gpuenergy_lease`` is these steps
+    as a fixture; ``--energy-all`` takes them in its own fixture where the test takes none of the
+    plugin's (a fixture less per test: pytest's work for one costs about what the lease does)."""
     wanted = request.node.stash.get(SETTINGS_KEY, {}).get("gpus", 1)
     if wanted != "all" and wanted > len(session.gpus):
         pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
@@ -52,9 +62,11 @@ def _gpuenergy_lease(request: pytest.FixtureRequest) -> Iterator[None]:
         problem = str(exc)
     if problem is not None:      # failed outside the handler: one line, not a chained traceback
         pytest.fail(problem, pytrace=False)
+    request.node.stash[HELD_KEY] = True
     try:
         yield
     finally:
+        del request.node.stash[HELD_KEY]
         lease.__exit__(None, None, None)
 
 
