@@ -529,3 +529,33 @@ def test_the_saved_runs_give_each_phase_its_session_noise(tmp_path):
     update = case.phase("update")
     assert "from 4 runs" in update.reason and update.verdict == REGRESSION
     assert "from 4 runs" in case.phase("forward").reason
+
+
+def test_without_a_baseline_every_case_is_new_and_the_note_says_why(tmp_path):
+    new = make_doc(seed=2, workloads=("step", "infer"), caps_w=(300.0,), n=3)
+    comparison = baseline_comparison(RunStore(tmp_path / "empty"), new, thresholds={"ets": 5.0}, confidence=0.95)
+    assert comparison.comparable and not comparison.failed
+    assert (comparison.old_run_id, comparison.new_run_id, comparison.old_machine) == (None, new.run_id, None)
+    assert comparison.new_machine.run_id == new.run_id
+    assert comparison.thresholds == {"ets": 5.0} and comparison.confidence == 0.95
+    assert [(c.case_id, c.status, c.verdict, c.metrics, c.old, c.new) for c in comparison.cases] == [
+        (entry.case_id, NEW, NEW, (), None, entry) for entry in new.cases]
+    [note] = comparison.notes
+    assert note.startswith("no saved run for NVIDIA H100 80GB HBM3 (simulated) (sim) in ") and note.endswith(
+        " has any of this run's cases: every case is new; save a baseline with --energy-save")
+    with pytest.raises(ValueError, match="unknown metric 'watts'"):
+        baseline_comparison(RunStore(tmp_path / "empty"), new, thresholds={"watts": 5.0})
+
+
+def test_saved_runs_without_the_phase_give_it_no_session_noise(tmp_path):
+    store = RunStore(tmp_path / ".energy")
+    for seed in range(3):       # earlier runs: no phase marks, then the phases under other names
+        doc = make_doc(seed=seed, workloads=("step",), caps_w=(300.0,), n=3, minutes=seed)
+        store.save(doc if seed == 0 else with_phases(doc, seed=seed) if seed == 2 else replace(
+            doc, cases=tuple(replace(c, repetitions=tuple(replace(r, phases={"fwd": next(iter(
+                with_phases(doc).cases[0].repetitions[0].phases.values()))}) for r in c.repetitions)) for c in doc.cases)))
+    new = with_phases(make_doc(seed=9, workloads=("step",), caps_w=(300.0,), n=3, minutes=30), seed=9)
+    [case] = baseline_comparison(store, new, thresholds={"phase.ets": 10.0}).cases
+    update = case.phase("update")
+    assert update is not None and "session noise" not in update.reason and "n=3/3" in update.reason
+    assert "session noise" in case.metric("ets").reason         # the region's figures are in all three
