@@ -196,6 +196,13 @@ def test_the_stand_ins_give_the_reference_workloads_figures_to_the_last_digit(tm
     assert len(figures["suite"]) == 1 and figures["stand-in"] == figures["suite"]
 
 
+def test_compare_scaling_compares_every_case_of_its_runs():
+    """The script's documents and its check that every case compared (it raises otherwise)."""
+    import compare_scaling
+
+    assert compare_scaling.cpu_seconds(40, moved=True) > 0
+
+
 def test_run_all_rejects_an_unknown_benchmark():
     done = subprocess.run([sys.executable, str(BENCH / "run_all.py"), "--only", "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr
