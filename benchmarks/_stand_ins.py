@@ -80,12 +80,12 @@ class _Recorder:
     """Registered as a simulator (``sim.work.register``): keeps what a step declares, in order."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("sim"):
             raise AttributeError(name)
-        return lambda *args: self.calls.append((name, args))
+        return lambda *args, **keywords: self.calls.append((name, args, keywords))
 
 
 def recorded_step(name: str, mode: str) -> list[dict[str, Any]]:
@@ -104,9 +104,9 @@ def recorded_step(name: str, mode: str) -> list[dict[str, Any]]:
     finally:
         sim_work.unregister(recorder)
     parts = []
-    for method, args in recorder.calls:
-        if method not in _REPLAYABLE:
-            raise SystemExit(f"a {name} {mode} step tells the simulator {method}, which the stand-ins cannot say again: "
+    for method, args, keywords in recorder.calls:
+        if method not in _REPLAYABLE or len(args) != 1 or keywords:
+            raise SystemExit(f"a {name} {mode} step tells the simulator {method}{args!r:.60}, which the stand-ins cannot say again: "
                              f"add it to benchmarks/_stand_ins.py (_REPLAYABLE and TEST_MODULE)")
         value = args[0]
         parts.append({"work": dataclasses.asdict(value)} if method == "simDeclareWork" else {"host_s": float(value)})

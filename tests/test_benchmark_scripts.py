@@ -172,6 +172,35 @@ def test_the_benchmarks_with_goals_state_them_in_their_results():
     assert detection_power.headline_goal({"available": False}).figure is None
 
 
+def test_a_stand_in_replays_what_a_step_declares_and_refuses_what_it_cannot(monkeypatch):
+    import dataclasses
+
+    import _stand_ins
+
+    import reference_workloads
+    from pytest_gpuenergy.sim import GpuWork
+    from pytest_gpuenergy.sim import work as sim_work
+
+    work = GpuWork(flops_fp32=1e9, bytes=1e6, kernels=3)
+
+    class Step:
+        def __init__(self, *extra: str) -> None:
+            self.extra = extra
+
+        def step(self) -> None:
+            sim_work.declare_work(work)
+            for simulator in list(sim_work._SIMULATORS):
+                for name in self.extra:
+                    getattr(simulator, name)(2.0)
+
+    monkeypatch.setattr(reference_workloads, "build", lambda *args, **keywords: Step())
+    assert _stand_ins.recorded_step("some", "train") == [{"work": dataclasses.asdict(work)}]
+    monkeypatch.setattr(reference_workloads, "build", lambda *args, **keywords: Step("simSomethingNew"))
+    with pytest.raises(SystemExit, match="a some train step tells the simulator simSomethingNew"):
+        _stand_ins.recorded_step("some", "train")
+    assert not sim_work.simulating()          # the recorder is gone again
+
+
 @pytest.mark.slow
 def test_the_stand_ins_give_the_reference_workloads_figures_to_the_last_digit(tmp_path):
     """tune_accuracy --quick measures stand-ins (_stand_ins.py) instead of the suite's torch steps: the same
