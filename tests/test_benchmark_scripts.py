@@ -38,6 +38,9 @@ def test_detection_power_writes_its_grid_and_the_gate_holds_its_false_alarm_rate
     # The threshold-only rule (pytest-benchmark) fails on noise far more often at a 2 % threshold.
     assert rows[("pytest-benchmark:2", 0.0)] > rows[("gate:2", 0.0)]
     assert isinstance(result["goal"]["goal_met"], bool)
+    [goal] = result["goals"]                                       # what run_all.py reads
+    assert goal["goal"] == "detection_power_n5" and goal["simulated"] and isinstance(goal["met"], bool)
+    assert goal["target"] == pytest.approx(result["goal"]["z_test_limit_detection"] - 0.02)
 
 
 def test_z_test_limit_is_the_known_normal_power():
