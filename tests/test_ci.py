@@ -276,3 +276,21 @@ def test_a_job_summary_that_cannot_be_appended_to_is_an_error(tmp_path):
     write_reports(lines, errors, (), folder, lambda: "## energy")
     assert errors == [f"cannot append to $GITHUB_STEP_SUMMARY ({folder}): [Errno 21] Is a directory: '{folder}'"]
     assert lines == []
+
+
+def test_the_job_summary_is_utf_8_whatever_the_hosts_locale(tmp_path, monkeypatch):
+    """A runner whose locale is Latin-1 (simulated: files opened without an encoding get it) still
+    gets UTF-8, as GitHub reads the job summary."""
+    import builtins
+
+    from pytest_gpuenergy.gate import ci
+
+    def open_as_a_latin_1_host(file, mode="r", encoding=None, **kwargs):
+        return builtins.open(file, mode, encoding=encoding or "latin-1", **kwargs)
+
+    monkeypatch.setattr(ci, "open", open_as_a_latin_1_host, raising=False)
+    summary = tmp_path / "summary.md"
+    errors: list[str] = []
+    write_reports([], errors, (), summary, lambda: "## ETS \u0394 +3.1 % \u00b1 0.4 %")
+    assert errors == [] and summary.read_bytes() == "## ETS \u0394 +3.1 % \u00b1 0.4 %\n".encode()
+
