@@ -254,3 +254,37 @@ def test_a_call_without_a_length_and_a_power_for_every_phase_is_refused(lengths,
     with pytest.raises(MeasurementError) as caught:
         expected_rel_bounds(lengths, powers, PERIOD_S, 10.0)
     assert str(caught.value) == "give every phase of a call a length (> 0 s) and a power, under the same names"
+
+
+def test_a_phase_drawing_nothing_has_an_infinite_relative_bound_even_where_its_bound_is_zero():
+    # nothing to learn and nothing drawn: 0 W known to 0 W is still no relative bound (not 0 / 0)
+    assert expected_rel_bounds({"a": ONE_PHASE_S}, {"a": 0.0}, PERIOD_S, 10.0, power_noise=0.0, dating_error_s=0.0,
+                               resolution_j=0.0) == {"a": math.inf}
+    design = _one_phase(0.02, 1e-4, 0.001)
+    tiny = expected_rel_bounds({"a": ONE_PHASE_S}, {"a": 0.5}, PERIOD_S, 10.0)      # under a watt is still a power
+    assert 0 < tiny["a"] < math.inf
+    assert tiny["a"] == pytest.approx(float(_design({"a": ONE_PHASE_S}, {"a": 0.5}, PERIOD_S, 0.02, 1e-4, 0.001, None)
+                                            .half_widths_w(99, 0.99)[0]) / 0.5, rel=1e-12)
+    assert design.powers_w.tolist() == [POWER_W]
+
+
+def test_a_bound_met_exactly_is_met():
+    design = _design({"a": ONE_PHASE_S}, {"a": 1.0}, PERIOD_S, 0.02, 1e-4, 0.001, None)
+    wanted = float(design.half_widths_w(500, 0.99)[0])          # at 1 W, the half-width is the relative bound
+    assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": 1.0}, PERIOD_S, wanted) == pytest.approx(501 * PERIOD_S)
+
+
+def test_the_longest_region_asked_about_is_an_hour_unless_said():
+    design = _design({"a": ONE_PHASE_S}, {"a": 1.0}, PERIOD_S, 0.02, 1e-4, 0.001, None)
+    # a bound first met at 36005 windows: just over an hour of 100 ms windows
+    wanted = (float(design.half_widths_w(36004, 0.99)[0]) + float(design.half_widths_w(36005, 0.99)[0])) / 2
+    assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": 1.0}, PERIOD_S, wanted) == math.inf
+    assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": 1.0}, PERIOD_S, wanted, longest_s=3601.0) == pytest.approx(
+        36006 * PERIOD_S)
+
+
+def test_a_longest_region_of_three_periods_holds_two_windows_which_answer_nothing():
+    loose = {"power_noise": 0.0, "dating_error_s": 0.0, "resolution_j": 1e-6}
+    assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": POWER_W}, PERIOD_S, 0.99, longest_s=0.3, **loose) == math.inf
+    assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": POWER_W}, PERIOD_S, 0.99, longest_s=0.4, **loose) == \
+        pytest.approx(0.4)
