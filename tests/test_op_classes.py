@@ -35,6 +35,7 @@ from pytest_gpuenergy.meter.results import PhaseFigures, Repetition
 from pytest_gpuenergy.runs.reader import DocumentReader
 from pytest_gpuenergy.sim import op_work
 from pytest_gpuenergy.sim.op_work import SimOpTracer
+from pytest_gpuenergy.sim.work import declare_work
 
 OPS = [
     ("mm", MATMUL), ("aten::addmm", MATMUL), ("aten.bmm.default", MATMUL), ("convolution", MATMUL),
@@ -137,10 +138,10 @@ def test_a_trace_is_put_on_the_meters_clock_through_its_anchors_merged_and_witho
 
 
 def test_a_profiler_clock_running_at_another_rate_is_followed_between_the_anchors() -> None:
-    events, moments = _trace(offset_s=10.0, rate=1.0002)           # 200 ppm: an NTP slew
+    events, moments = _trace(offset_s=10.0, rate=1.0002)           # a drift of 200 ppm
     found = kernel_marks(events, op_classes.ANCHOR, moments)
     assert found.marks[-1][1:] == pytest.approx((11.5, 11.6), abs=1e-8)
-    off, _ = _trace(offset_s=10.0, rate=1.01)
+    off, _ = _trace(offset_s=10.0, rate=1.01)                      # a step of the wall clock between them
     with pytest.raises(MeasurementError, match=r"ran at rates 1\.010000 apart between the anchors"):
         kernel_marks(off, op_classes.ANCHOR, moments)
 
@@ -396,3 +397,15 @@ def _truth(meter: EnergyMeter, gpu, result) -> dict[str, float]:
             truth[name] = truth.get(name, 0.0) + exact_j(max(start, t0), min(end, t1)) / calls
     truth[IDLE] = exact_j(t0, t1) / calls - sum(truth.values())
     return truth
+
+
+def test_by_op_takes_true_or_false_and_a_step_without_torch_operations_has_no_classes(backend) -> None:
+    gpu = backend.select(None)[0]
+    backend.begin_test("plain", [gpu])
+    meter = EnergyMeter(backend, [gpu])
+    with pytest.raises(ValueError, match=r"^by_op must be True or False, got 'yes'$"):
+        meter.measure(lambda: None, by_op="yes")    # type: ignore[arg-type]
+    x = torch.empty(1000, device="meta")
+    assert meter.measure(lambda: x.add_(1.0), min_time_s=0.3).op_classes is None          # without by_op
+    assert meter.measure(lambda: declare_work(flops_tf32=1e10), min_time_s=0.3, by_op=True).op_classes is None
+    assert meter.last_op_marks == ()

@@ -156,8 +156,10 @@ def kernel_marks(events: Sequence[TraceEvent], anchor: str, anchor_moments_s: Se
 
     The host events named ``anchor`` are, in order, the profiler's records of the moments
     ``anchor_moments_s`` read on the meter's clock inside them: each pairs the trace's clock with the
-    meter's, to within half the event's length. With two anchors the map has a rate as well (the wall
-    clock the profiler uses is slewed by NTP; the meter's is not), with one it is an offset.
+    meter's, to within half the event's length. With two anchors the map has a rate as well, which
+    follows a slow drift between the two clocks; the host's wall clock, which the profiler dates on,
+    can also be stepped (NTP), and a step between the anchors shows as a rate far from 1: refused.
+    With one anchor the map is an offset.
     """
     anchors = sorted((e for e in events if e.name == anchor and not e.on_gpu), key=lambda e: e.start_ns)
     if not anchors or len(anchors) != len(anchor_moments_s):

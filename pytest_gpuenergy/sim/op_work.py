@@ -1,7 +1,7 @@
 """Each PyTorch operation of a step as its own piece of simulated GPU work, classified, for ``by_op=True``.
 
 ``energy_meter.measure(step, by_op=True)`` on the simulator runs every call of ``step`` under
-:class:`OpWork`, a torch dispatch mode that counts each operation's work as ``counting`` counts a
+:class:`SimOpTracer`'s torch dispatch mode, which counts each operation's work as ``counting`` counts a
 whole step's (FLOPs of products and attention from torch's own formulas, bytes from its tensors'
 sizes, one kernel), declares it on the simulated GPU as a piece of its own and records where the
 GPU's queue put it (``Backend.queue_time``), with its class (``meter.op_classes.op_class``). The
@@ -32,7 +32,9 @@ from ..meter.op_classes import ATTENTION, MATMUL, op_class
 from .roofline import GpuWork
 from .work import declare_work
 
-_AS_REGISTERED = {      # torch's formulas for the CPU's fused attention are those of the flash kernels
+# torch's formulas for the CPU's fused attention (called as such, not through scaled_dot_product_attention,
+# which is one piece of its own: SimOpTracer.attend) are those of the flash kernels
+_AS_REGISTERED = {
     "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_flash_attention_for_cpu_backward": "_scaled_dot_product_flash_attention_backward",
 }
