@@ -105,7 +105,9 @@ def test_a_dating_error_adds_the_larger_move_of_the_fit_with_every_publication_m
     for j, name in enumerate(powers):
         phase = result[name]
         assert phase.power_w == pytest.approx(fitted[j], rel=1e-9)
-        assert (phase.power_high_w - phase.power_low_w) / 2 == pytest.approx(half_w[j], rel=1e-4, abs=1e-6)
+        half = (phase.power_high_w - phase.power_low_w) / 2
+        assert half == pytest.approx(half_w[j], rel=1e-6)
+        assert half - moved_w[j] == pytest.approx(attenuation_w[j], rel=1e-6)     # the attenuation on its own
 
 
 @pytest.mark.parametrize(("windows", "per_cluster"), [(9, 3), (40, 3)])
