@@ -80,9 +80,12 @@ MODULES: dict[str, list[str]] = {
     # (its own tests/test_ci.py only: the gate's tests reach EnergyGate.finish through whole pytester
     # sessions of 10 to 45 s each, over 2 h for its 134 mutants on 2 loaded cores)
     "pytest_gpuenergy/gate/ci.py": [],
-    "pytest_gpuenergy/gate/compare.py": _GATE,
+    # compare.py and records.py meet their own in-process tests (test_gate.py's pytester sessions reach
+    # every function of them: over two minutes per survivor under load); records.py's own file is
+    # tests/test_gate_records.py, and the comparison that builds its records is tested in test_compare.py
+    "pytest_gpuenergy/gate/compare.py": ["tests/test_compare.py"],
     "pytest_gpuenergy/gate/decide.py": _GATE,
-    "pytest_gpuenergy/gate/records.py": _GATE,
+    "pytest_gpuenergy/gate/records.py": ["tests/test_compare.py"],
     "pytest_gpuenergy/gate/settings.py": _GATE,
     "pytest_gpuenergy/gate/student_t.py": _GATE,
     "pytest_gpuenergy/gate/verdicts.py": _GATE,
