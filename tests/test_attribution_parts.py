@@ -110,7 +110,7 @@ def test_a_dating_error_adds_the_larger_move_of_the_fit_with_every_publication_m
         assert half - moved_w[j] == pytest.approx(attenuation_w[j], rel=1e-6)     # the attenuation on its own
 
 
-@pytest.mark.parametrize(("windows", "per_cluster"), [(9, 3), (40, 3)])
+@pytest.mark.parametrize(("windows", "per_cluster"), [(9, 3), (12, 3), (40, 3)])
 def test_phases_longer_than_half_a_window_take_windows_together_in_the_bound(windows, per_cluster):
     # Occurrences of 110-140 ms under 100 ms windows: windows that share one share its deviation, so
     # runs of ceil(2 x 140 / 100) = 3 windows count as one. With fewer such runs than two phases and
@@ -495,3 +495,50 @@ def test_a_phase_in_no_whole_window_says_so_and_takes_the_regions_mean_power_wit
                              ets_high_j=5.0, calls=1, max_power_w=300.0, min_power_w=100.0)
     assert under["a"].ets_j == pytest.approx(4.0) and under["b"].ets_j == pytest.approx(6.0)     # 100 W, not 40 W
     assert under["b"].power_low_w == pytest.approx(100.0)
+
+
+# -- per call, the fewest windows, and the sum to the region's ETS ----------------------------------
+
+def test_two_phases_in_one_window_share_its_mean_power_per_call():
+    result = attribute_phases([0.0, 0.1], [0.0, 16.0], [("a", 0.0, 0.04), ("b", 0.04, 0.1)], t0_s=0.0, t1_s=0.1,
+                              ets_j=16.0, ets_low_j=15.0, ets_high_j=17.0, calls=2, max_power_w=500.0)
+    a, b = result["a"], result["b"]
+    assert (a.ets_j, b.ets_j) == (pytest.approx(3.2), pytest.approx(4.8))     # 160 W over 20 and 30 ms per call
+    assert (a.time_s, b.time_s) == (pytest.approx(0.02), pytest.approx(0.03))
+    assert a.power_w == pytest.approx(160.0) and a.power_high_w == pytest.approx(17.0 / 0.04)   # the region's most
+    assert (a.ets_low_j, a.ets_high_j) == (0.0, pytest.approx(8.5))
+    assert a.time_share == pytest.approx(0.4) and a.energy_share == pytest.approx(0.4)
+
+
+def test_one_phase_over_two_windows_is_bounded_by_the_counters_resolution_alone():
+    # one degree of freedom left: the fit's spread is known (zero here), so no window is too few
+    result = attribute_phases([0.0, 0.1, 0.2], [0.0, 20.0, 40.0], [("a", 0.0, 0.2)], t0_s=0.0, t1_s=0.2, ets_j=40.0,
+                              ets_low_j=35.0, ets_high_j=45.0, calls=2, max_power_w=500.0, resolution_j=0.001)
+    a = result["a"]
+    assert a.told_apart and result.windows == 2 and result.notes == ()
+    assert a.power_w == pytest.approx(200.0) and a.time_s == pytest.approx(0.1) and a.ets_j == pytest.approx(20.0)
+    assert (a.power_low_w, a.power_high_w) == (pytest.approx(199.99), pytest.approx(200.01))   # +-0.001 J / 0.1 s
+    assert (a.ets_low_j, a.ets_high_j) == (pytest.approx(19.999), pytest.approx(20.001))
+
+
+@pytest.mark.parametrize(("windows", "told"), [(3, False), (4, True)])
+def test_two_phases_need_four_windows_two_more_than_the_phases(windows, told):
+    timeline, times, energies = _two_phase_exact(windows=windows)
+    result = _attribute(timeline, times, energies, resolution_j=0.01)
+    assert result.told_apart is told
+    if told:
+        assert result["a"].power_w == pytest.approx(300.0, rel=1e-9) and result["b"].power_w == pytest.approx(100.0, rel=1e-6)
+    else:
+        assert result["a"].why_not == "too few counter windows (3) to tell 2 phases apart: a longer region is needed"
+
+
+def test_the_regions_edges_move_each_phase_by_a_share_in_proportion_to_its_bounds_square():
+    timeline, times, energies = _two_phase_exact()
+    true_j = float(energies[-1])
+    exact = _attribute(timeline, times, energies, resolution_j=0.01)
+    moved = _attribute(timeline, times, energies, resolution_j=0.01, ets_j=true_j + 2.0)
+    # each phase's bound half-width in J is its power half-width times its time
+    half_j = np.array([(p.ets_high_j - p.ets_low_j) / 2 for p in exact.phases])
+    expected_j = [p.ets_j for p in exact.phases] + 2.0 * half_j ** 2 / (half_j ** 2).sum()
+    np.testing.assert_allclose([p.ets_j for p in moved.phases], expected_j, rtol=1e-9)
+    assert sum(p.ets_j for p in moved.phases) == pytest.approx(true_j + 2.0, rel=1e-12) and moved.notes == ()
