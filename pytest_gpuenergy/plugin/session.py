@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
@@ -48,11 +49,19 @@ class CaseRecord:
     test_id: str
     results: list[PendingResult] = field(default_factory=list)
     outcome: Outcome = PASSED
+    _merged: tuple[tuple[PendingResult, ...], EnergyResult] | None = field(default=None, repr=False, compare=False)
 
     @property
     def merged(self) -> EnergyResult:
         """The results of repeated calls as one result whose repetitions are all of theirs (waiting
-        for any figure not worked out yet)."""
+        for any figure not worked out yet); kept until the results change (the end of a session asks
+        for it several times: the gate, the report, the notes)."""
+        key = tuple(self.results)       # (compared by identity)
+        if self._merged is None or self._merged[0] != key:
+            self._merged = (key, self._merge())
+        return self._merged[1]
+
+    def _merge(self) -> EnergyResult:
         results = [pending.resolve() for pending in self.results]
         first = results[0]
         per_gpu = []
@@ -108,6 +117,7 @@ class EnergySession:
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
+        self._locks_of: dict[tuple[str, ...], list[Path]] = {}     # see ``_lock_paths``
 
     # -- lifetime ------------------------------------------------------------------------------
     @property
@@ -276,7 +286,7 @@ class EnergySession:
         backend = self._require_backend()
         held = self.placement.gpus_for(self.gpus, wanted)
         self.errors += self.resolve(wait=False)      # what earlier tests measured, where it has arrived
-        with holding(lock_paths(backend.lock_folder, [g.uuid for g in held]), timeout_s=self.options.lock_timeout_s):
+        with holding(self._lock_paths(backend, held), timeout_s=self.options.lock_timeout_s):
             backend.use(held)
             if test_id is not None:
                 backend.begin_test(test_id, held)
@@ -293,6 +303,14 @@ class EnergySession:
                 backend.use([])
             if problems:
                 raise MeasurementError("; ".join(problems))
+
+    def _lock_paths(self, backend: Backend, held: list[Gpu]) -> list[Path]:
+        """The held GPUs' lock files, worked out once per set of GPUs (every test takes them)."""
+        key = tuple(gpu.uuid for gpu in held)
+        paths = self._locks_of.get(key)
+        if paths is None:
+            paths = self._locks_of[key] = lock_paths(backend.lock_folder, key)
+        return paths
 
     def test_gpus(self) -> list[Gpu]:
         """The GPUs the running test holds (outside a lease: this process's own GPU)."""

@@ -77,11 +77,15 @@ class SimulatedNvml(SimulatedLibrary):
         return _nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST if fault == "lost" else pynvml.NVML_ERROR_UNKNOWN)
 
     def _device(self, handle: SimDeviceHandle, fault_kind: str | None = None) -> SimDevice:
+        """One of this library's devices, meeting its faults (``_any_device`` for either library's)."""
         self._require_init()
         device = self._own_device(handle)
         if device is None:
             raise self._invalid_argument()
-        return self._any_device(handle, fault_kind)
+        fault = self.machine.fault(device, fault_kind) if self.machine.faults else None
+        if fault is not None:
+            raise self._fault_error(fault)
+        return device
 
     # -- system and enumeration ----------------------------------------------------------------
     def nvmlSystemGetDriverVersion(self) -> str:

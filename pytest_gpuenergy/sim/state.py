@@ -128,6 +128,7 @@ class GpuStateFile:
         # only where the path names another folder since).
         self._held = HeldFolder(self.folder, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
         self._held_procs = HeldFolder(self._procs, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
+        self._markers: dict[int, Path] = {}     # pid -> its marker's path (see ``mark_process``)
         self._cached: GpuState | None = None
         self._cached_stamp: tuple[int, int, int] | None = None
         self._checked_at = -1.0
@@ -173,7 +174,10 @@ class GpuStateFile:
         """Make (or remove) the marker saying that ``pid`` runs work on this GPU, never through a link."""
         if running:
             folder_fd = self._held_procs.fd(create=True)
-            os.close(open_state_file(folder_fd, str(pid), os.O_WRONLY | os.O_CREAT, shown=self._procs / str(pid)))
+            shown = self._markers.get(pid)
+            if shown is None:                   # (named in errors only: made once, not at every test)
+                shown = self._markers[pid] = self._procs / str(pid)
+            os.close(open_state_file(folder_fd, str(pid), os.O_WRONLY | os.O_CREAT, shown=shown))
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(str(pid), dir_fd=self._held_procs.fd())
