@@ -117,6 +117,14 @@ def test_json_cut_short_is_a_corrupt_document_with_its_line_and_column(tmp_path)
         load_document(path)
 
 
+def test_a_damaged_field_in_a_file_is_named_with_the_files_path(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_data() | {"gpu_model": ""}))
+    with pytest.raises(StorageError, match=_whole(
+            f"{path}: invalid run document: gpu_model: must be a non-empty string, got ''; {FIX}")):
+        load_document(path)
+
+
 # -- the document ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("data, found", [
@@ -352,6 +360,18 @@ def test_the_bound_must_hold_the_figure_or_be_absent_both_ends(low, high):
     problem = f"ets_low_j <= ets_j <= ets_high_j must hold (or both bounds be absent), got {low!r} <= 11.0 <= {high!r}"
     with pytest.raises(StorageError, match=_invalid(REP, problem)):
         _read(_with_rep(lambda r: r.update(ets_low_j=low, ets_high_j=high)))
+
+
+@pytest.mark.parametrize("key", ["ets_low_j", "ets_high_j", "mean_power_w", "peak_power_w"])
+def test_an_optional_figure_of_a_repetition_that_is_no_number_is_named_with_its_place(key):
+    with pytest.raises(StorageError, match=_invalid(f"{REP}.{key}", "must be a number, got 'x'")):
+        _read(_with_rep(_set(key, "x")))
+
+
+@pytest.mark.parametrize("key", ["power_w", "time_share", "energy_share"])
+def test_an_optional_figure_of_a_phase_that_is_no_number_is_named_with_its_place(key):
+    with pytest.raises(StorageError, match=_invalid(f"{PHASE}.{key}", "must be a number, got 'x'")):
+        _read(_with_phase(_set(key, "x")))
 
 
 def test_a_bound_that_meets_its_figure_or_is_absent_is_read():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -156,6 +157,10 @@ def test_the_passed_only_view_drops_the_cases_whose_test_did_not_pass():
 def test_a_listing_line_says_id_date_model_cases_and_commit():
     doc = _doc(_entry(), _entry("t.py::test_b"), created_at=datetime(2025, 3, 1, 12, 5, tzinfo=timezone.utc))
     assert doc.describe() == f"20250301T100000Z-0a1b2c3d  2025-03-01 12:05 UTC  {H100} [sim]  2 cases  0123456789 (main)"
+    simulated = replace(doc, gpu_model="NVIDIA H100 80GB HBM3", commit=None)    # a name that does not say it
+    assert simulated.describe().split("  ")[2:] == ["NVIDIA H100 80GB HBM3 (simulated) [sim]", "2 cases", "no commit"]
+    measured = replace(simulated, backend="nvml", simulated=False)
+    assert measured.describe().split("  ")[2] == "NVIDIA H100 80GB HBM3 [nvml]"
 
 
 def test_a_document_keeps_where_it_came_from_out_of_its_equality():
@@ -221,6 +226,17 @@ def test_times_are_kept_in_utc_and_a_naive_one_is_utc_already():
     assert as_utc(naive) == T0 and as_utc(naive).tzinfo is timezone.utc
     east = datetime(2025, 3, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
     assert as_utc(east) == T0 and as_utc(east).utcoffset() == timedelta(0) and as_utc(east).hour == 10
+
+
+def test_an_aware_time_is_converted_to_utc_not_to_the_local_zone(monkeypatch):
+    monkeypatch.setenv("TZ", "XYZ-07")          # seven hours east of UTC (a POSIX zone: no tz database needed)
+    time.tzset()
+    try:
+        moved = as_utc(datetime(2025, 3, 1, 12, 0, tzinfo=timezone(timedelta(hours=2))))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert (moved.hour, moved.utcoffset()) == (10, timedelta(0))
 
 
 @pytest.mark.parametrize("value, message", [
