@@ -28,6 +28,8 @@ from pytest_gpuenergy.gpu.specs import CapSpec
     (15.2801, 15.29),                    # anything above goes up, never down
     (15.280000000000001, 15.29),         # float noise above a round figure: still never below the value
     (12345.6, 12350.0),
+    (12340.0, 12340.0),                  # a round figure of five digits stays too
+    (12340.000000000002, 12350.0),       # and float noise above it goes one step up, never down
     (0.0012344, 0.001235),
     (1234567.0, 1235000.0),
 ])
@@ -162,10 +164,35 @@ def test_an_array_of_budgets_written_inline_is_checked_at_the_top_of_the_file(tm
     (('test = "t.py::test_a"', f'gpu = "{GPU}"', 'cap = "fast"', "ets_j = 1.0"), 7,
      "cap: 'fast' is not a cap; write watts (150), a percentage of the default limit (60%), or min, max, default"),
     (('test = "t.py::test_a"', f'gpu = "{GPU}"', '"ets_j" = -5'), 4, "ets_j must be a positive number, got -5"),
+    ((f'gpu = """{GPU}', 'test = "t.py::test_a"', '"""', "ets_j = 1.0"), 4,       # inside a string: no key
+     "[[budget]] needs test = \"...\" (got None)"),
 ])
 def test_a_bad_budget_is_named_at_the_line_of_its_key(tmp_path, lines, line, says):
     """The line of the key where it is written plainly, else of the table's header."""
     assert refusal(tmp_path, HEAD + table(*lines)) == f"{tmp_path / 'budgets.toml'}:{line}: {says}"
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_a_key_is_looked_for_in_its_own_table_only(tmp_path, bad):
+    """A key its line cannot be found for (quoted) is named at its table's header, never at the same
+    key of a later table."""
+    tables = [table(f'test = "t.py::test_{n}"', f'gpu = "{GPU}"', '"ets_j" = -5' if n == bad else "ets_j = 1.0")
+              for n in range(3)]
+    header = 4 + 5 * bad
+    assert refusal(tmp_path, HEAD + "".join(tables)).startswith(f"{tmp_path / 'budgets.toml'}:{header}: ets_j must be ")
+
+
+def test_a_budgets_file_is_read_as_utf_8_whatever_the_hosts_locale(tmp_path, monkeypatch):
+    """A host whose locale is Latin-1 (simulated: text read without an encoding gets it) still reads
+    the UTF-8 file ``gpuenergy budgets`` wrote."""
+    read_text = Path.read_text
+
+    def as_a_latin_1_host(self, encoding=None, errors=None):
+        return read_text(self, encoding=encoding or "latin-1", errors=errors)
+
+    path = budgets_file(tmp_path, HEAD + table('test = "t.py::test_a[\u00fc\u0394]"', f'gpu = "{GPU}"', "ets_j = 1.0"))
+    monkeypatch.setattr(Path, "read_text", as_a_latin_1_host)
+    assert [e.test for e in load_budget_file(path).entries] == ["t.py::test_a[\u00fc\u0394]"]
 
 
 @pytest.mark.parametrize(("key", "value", "got"), [
