@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from pytest_gpuenergy.sim import GpuWork, declare_work, simulating
-from pytest_gpuenergy.sim.counting import count_work
+from pytest_gpuenergy.sim.counting import count_step
+from pytest_gpuenergy.sim.work import StepWork, declare_host_time
 
 SIZES: tuple[str, ...] = ("tiny", "full")
 MODES: tuple[str, ...] = ("train", "infer")
@@ -95,13 +96,15 @@ class Workload:
         self.device = torch.device(device)
         self.seed = seed
         self._steps_done = 0
-        self._work: GpuWork | None = None      # this step's GPU work, counted once (simulator only)
+        self._work: StepWork | None = None     # this step's GPU work by phase, counted once (simulator only)
+        self._undeclared: dict[str, GpuWork | None] = {}     # the running step's phases not declared yet
         self.model: nn.Module = _seeded_model(type(self), size, seed).to(self.device)
         self.model.train(mode == "train")
         data_generator = torch.Generator().manual_seed(seed)
         self._batch: Batch = _to_device(self.make_batch(data_generator), self.device)
         self.optimizer: torch.optim.Optimizer | None = self.make_optimizer() if mode == "train" else None
         self.setup()
+        self._declare_at_each_phase()
 
     # ----------------------------------------------------------------- hooks for subclasses
     @classmethod
@@ -137,17 +140,30 @@ class Workload:
 
         Under the GPU simulator the step also declares its GPU work, so that the simulated GPU runs
         it the same on any host: the work of ``sim_size`` (counted from this step's shapes on its
-        first call when that is the size that runs, else from ``declared_work.json``).
+        first call when that is the size that runs, else from ``declared_work.json``), phase by
+        phase where each phase runs (``_declare_at_each_phase``). The counting call declares it all
+        at its end. The step keeps its batch on the device and declares no host-only time (a loop
+        that loads data can: ``declare_host_time``); ``declared_work.json``'s ``host_s`` is 0.
         """
         if not simulating():
             loss = self._one_step()
         elif self._work is None and self.sim_size == self.size:
-            self._work, loss = count_work(self._one_step)
+            self._work, loss = count_step(self._one_step, self.model)
+            self._undeclared = self._work.phases()
+            declare_host_time(self._work.host_s)
         else:
-            self._work = self._work or counted_work(self.spec.name, self.mode, self.sim_size)
-            loss = self._one_step()
-        if self._work is not None:
-            declare_work(self._work)
+            self._work = self._work or counted_phases(self.spec.name, self.mode, self.sim_size).with_total(
+                counted_work(self.spec.name, self.mode, self.sim_size))
+            declare_host_time(self._work.host_s)
+            self._undeclared = self._work.phases()
+            self._declare("other")
+            try:
+                loss = self._one_step()
+            except BaseException:
+                self._undeclared = {}
+                raise
+        for name in list(self._undeclared):     # phases whose point never came (counted, or skipped)
+            self._declare(name)
         self._steps_done += 1
         return float(loss.item())
 
@@ -158,7 +174,30 @@ class Workload:
     @property
     def work(self) -> GpuWork | None:
         """The GPU work of one step, once counted (under the simulator)."""
+        return self._work.total if self._work is not None else None
+
+    @property
+    def step_work(self) -> StepWork | None:
+        """The GPU work of one step by phase, and its host-only time, once counted (under the simulator)."""
         return self._work
+
+    def _declare_at_each_phase(self) -> None:
+        """Hooks that declare each phase's work where it runs, so that phase marks
+        (``energy_meter.watch(model, optimizer)``) fall between them: the forward's when the model's
+        forward returns, the backward's at the first gradient it accumulates, the update's when the
+        optimizer's step returns. They are the model's and optimizer's first hooks, so they run
+        before hooks added later (a watch's end marks); a watch's start marks come before these points."""
+        self.model.register_forward_hook(lambda *_: self._declare("forward"))
+        for parameter in self.model.parameters():
+            if parameter.requires_grad:
+                parameter.register_post_accumulate_grad_hook(lambda _: self._declare("backward"))
+        if self.optimizer is not None:
+            self.optimizer.register_step_post_hook(lambda *_: self._declare("update"))
+
+    def _declare(self, phase: str) -> None:
+        work = self._undeclared.pop(phase, None)
+        if work is not None:
+            declare_work(work)
 
     def _one_step(self) -> torch.Tensor:
         if self.mode == "infer":
@@ -237,19 +276,28 @@ def build(name: str, size: str = "tiny", mode: str = "train", device: torch.devi
 
 
 @cache
-def _declared_work_table() -> dict[str, Any]:
+def _declared_work_file() -> dict[str, Any]:
     data = json.loads(DECLARED_WORK_FILE.read_text(encoding="utf-8"))
-    if data.get("format") != "pytest-gpuenergy-declared-work" or data.get("version") != 1:
-        raise ValueError(f"{DECLARED_WORK_FILE} is not a version 1 declared-work file: rerun count_work.py")
-    return data["work"]
+    if data.get("format") != "pytest-gpuenergy-declared-work" or data.get("version") != 2:
+        raise ValueError(f"{DECLARED_WORK_FILE} is not a version 2 declared-work file: rerun count_work.py")
+    return data
 
 
 def counted_work(name: str, mode: str, size: str) -> GpuWork:
     """The GPU work of one step of ``name`` in ``mode`` at ``size``, as count_work.py counted it."""
     try:
-        return GpuWork(**_declared_work_table()[name][mode][size])
+        return GpuWork(**_declared_work_file()["work"][name][mode][size])
     except KeyError:
         raise ValueError(f"{DECLARED_WORK_FILE.name} has no work for {name} {mode} {size}: "
+                         f"rerun python reference_workloads/count_work.py") from None
+
+
+def counted_phases(name: str, mode: str, size: str) -> StepWork:
+    """The same step's work by phase (forward, backward, update, other) and its host-only time."""
+    try:
+        return StepWork.from_json(_declared_work_file()["phases"][name][mode][size])
+    except KeyError:
+        raise ValueError(f"{DECLARED_WORK_FILE.name} has no phases for {name} {mode} {size}: "
                          f"rerun python reference_workloads/count_work.py") from None
 
 

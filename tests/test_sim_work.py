@@ -13,7 +13,8 @@ import pytest
 from pytest_gpuenergy.sim import GpuWork, SimulatedNvml, declare_work
 from pytest_gpuenergy.sim.clock import VirtualClock, clock_from_env
 from pytest_gpuenergy.sim.models import GPU_MODELS
-from pytest_gpuenergy.sim.roofline import run_step, step_times
+from pytest_gpuenergy.sim.roofline import ACTIVE_IDLE_FACTOR, run_step, step_times
+from pytest_gpuenergy.sim.work import StepWork, declare_host_time
 
 CONV_STEP = GpuWork(flops_tf32=2.0e12, flops_fp32=1e10, bytes=5e10, kernels=900)    # a ResNet-50 training step
 EMBEDDING_STEP = GpuWork(flops_fp32=1.7e9, bytes=1e10, kernels=160)                # memory-bound
@@ -155,3 +156,74 @@ def test_step_times_follow_the_data_sheets():
     h100, v100 = step_times(GPU_MODELS["H100"], CONV_STEP), step_times(GPU_MODELS["V100"], CONV_STEP)
     assert h100.compute_s < v100.compute_s / 10       # TF32 tensor cores against V100's FP32 units
     assert v100.compute_bound > h100.compute_bound
+
+
+def test_host_only_time_is_the_gpu_idle_at_its_working_clocks_the_same_on_any_host(lib):
+    """declare_host_time: the host waits for the GPU, then works alone; the GPU idles that long at the
+    power a GPU between a step's kernels draws (ACTIVE_IDLE_FACTOR x idle), whatever the host really did."""
+    h100 = GPU_MODELS["H100"]
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    declare_work(CONV_STEP)                                  # queued work first: host time comes after it
+    queued_until = lib.simQueuedUntil()
+    burned = time.process_time()
+    declare_host_time(0.004)
+    while time.process_time() < burned + 0.05:              # the host really spends 50 ms: not what counts
+        pass
+    assert lib.simQueuedUntil() == pytest.approx(queued_until + 0.004, abs=1e-12)
+    lib.simSynchronize()
+    energy_mj = lib.simExactEnergyMj(handle, queued_until + 0.004) - lib.simExactEnergyMj(handle, queued_until)
+    assert energy_mj / 1000 == pytest.approx(ACTIVE_IDLE_FACTOR * h100.idle_w * 0.004, rel=1e-9)
+    with pytest.raises(ValueError, match="declared host time must be a number of seconds from 0 to 3600, got -1"):
+        declare_host_time(-1)
+
+
+def test_a_step_declared_phase_by_phase_takes_as_long_as_declared_at_once_and_its_phases_differ_in_power(lib):
+    """The host launches ahead of the GPU: an optimizer's many small kernels after the backward pass cost
+    their GPU time, not their launches', so the split step lasts as the whole one did (max(G, H))."""
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    forward = GpuWork(flops_tf32=0.7e12, bytes=1.5e10, kernels=280)
+    backward = GpuWork(flops_tf32=1.4e12, bytes=2.9e10, kernels=180)
+    update = GpuWork(bytes=8e8, kernels=480)                 # launch-bound alone: 12 ms of launches, 0.4 ms of GPU
+    whole = StepWork(forward=forward, backward=backward, update=update)
+    at_once, _ = run(lib, whole.total, 5)
+    lib.simSynchronize()
+    marks = [lib.simQueuedUntil()]
+    for work in (forward, backward, update):
+        declare_work(work)
+        marks.append(lib.simQueuedUntil())
+    lib.simSynchronize()
+    split_s = marks[-1] - marks[0]
+    assert split_s == pytest.approx(at_once / 5, rel=0.01)
+    powers_w = [(lib.simExactEnergyMj(handle, b) - lib.simExactEnergyMj(handle, a)) / 1000 / (b - a)
+                for a, b in zip(marks, marks[1:])]
+    assert marks[3] - marks[2] < 0.001                       # the update's GPU time only
+    assert min(powers_w[:2]) > 400 and powers_w[2] < powers_w[0]
+    assert whole.scaled(1.1).total.flops_tf32 == pytest.approx(1.1 * whole.total.flops_tf32, rel=1e-12)
+    assert whole.with_total(whole.total) is whole and whole.with_total(whole.total.scaled(2)).update == update.scaled(2)
+    assert StepWork.from_json(whole.to_json()) == whole
+
+
+def test_count_step_splits_a_training_step_by_the_points_watch_marks_and_adds_up_to_count_work():
+    """Backward is autograd's graph task, update the optimizer's step, forward the model's own call; the
+    loss and zero_grad are other."""
+    import torch
+
+    from pytest_gpuenergy.sim.counting import count_step, count_work
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch, target = torch.randn(16, 32), torch.randn(16, 8)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(batch), target).backward()
+        optimizer.step()
+
+    phases, _ = count_step(step, model)
+    whole, _ = count_work(step)
+    assert phases.total == whole
+    assert phases.forward is not None and phases.forward.flops_fp32 == 2 * 16 * (32 * 64 + 64 * 8)
+    assert phases.backward is not None and phases.backward.flops_fp32 == 2 * phases.forward.flops_fp32 - 2 * 16 * 32 * 64
+    assert phases.update is not None and phases.update.flops_fp32 == 0 and phases.update.kernels > 0
+    assert phases.other is not None and phases.other.kernels > 0 and phases.other.flops_fp32 == 0

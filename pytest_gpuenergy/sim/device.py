@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from .dvfs import OperatingPoint, operating_point
 from .faults import CLAMP_SHARE, LIMIT_STEP_MW
 from .models import GpuSpec
-from .roofline import GpuWork, run_step
+from .roofline import ACTIVE_IDLE_FACTOR, GpuWork, run_step
 from .state import GpuState, GpuStateFile
 from .timeline import Timeline
 
@@ -53,6 +53,7 @@ class SimDevice:
         self.uuid = self.state_file.uuid
         now = owner.clock.now()
         self.timeline = Timeline(now)
+        self.host_until = now                # when the host will have launched what it declared so far
         self.last_seen = now                 # the clock when work was last accounted
         self.last_cpu = owner.cpu_clock()
         self.pending_cpu_s = 0.0             # virtual clock: CPU-proxy work not yet queued
@@ -143,15 +144,44 @@ class SimDevice:
         self.last_cpu = self.owner.cpu_clock()
 
     def declare(self, work: GpuWork) -> None:
-        """Queue one step of declared work under the current limit."""
+        """Queue one step (or one phase of a step) of declared work under the current limit.
+
+        The host launches the work's kernels (``launch_s``) while the GPU runs what is queued: the
+        work ends when the GPU has run it (``gpu_s``) and the host has launched its last kernel,
+        whichever is later. The host's launching runs ahead of the GPU (``host_until``), so a
+        launch-bound phase after compute-bound ones (an optimizer's many small kernels after the
+        backward pass) was launched while the GPU was still busy and costs only its GPU time, as on
+        a real GPU; a whole step declared at once takes max(GPU time, launch time), as before.
+        """
         state = self.advance()
         self.pending_cpu_s = 0.0
         limit_w = self.enforced_limit_mw(state) / 1000.0
         run = run_step(self.spec, work, limit_w, state.sm_clock_cap_fraction(self.spec))
-        duration = run.step_s * self._session_drift(work) * self.region_time_factor
-        dynamic_w = run.dynamic_w * self.region_power_factor
+        factor = self._session_drift(work) * self.region_time_factor
+        now = self.owner.clock.now()
+        start = max(now, self.timeline.end)
+        launched_from = max(self.host_until, now)
+        self.host_until = launched_from + run.launch_s * factor
+        end = max(start + run.gpu_s * factor, self.host_until)
+        if end <= start:
+            return
+        dynamic_w = run.dynamic_w_at(min(run.gpu_s * factor / (end - start), 1.0)) * self.region_power_factor
         ceiling_w = max(limit_w - self.spec.idle_w, 0.0)   # the governor holds the limit
-        self.timeline.queue(self.owner.clock.now(), duration, min(dynamic_w, ceiling_w))
+        self.timeline.queue(now, end - start, min(dynamic_w, ceiling_w))
+
+    def declare_host_time(self, host_s: float) -> None:
+        """The host waits for the GPU's queued work (a synchronisation, such as ``loss.item()``), then
+        works ``host_s`` alone: the GPU idles that long at its working clocks (``ACTIVE_IDLE_FACTOR``:
+        a GPU between a step's kernels does not drop to deep idle) before the next launch."""
+        state = self.advance()
+        self.pending_cpu_s = 0.0
+        now = self.owner.clock.now()
+        start = max(now, self.timeline.end, self.host_until)
+        self.host_until = start + host_s
+        limit_w = self.enforced_limit_mw(state) / 1000.0
+        idle_w = (ACTIVE_IDLE_FACTOR - 1.0) * self.spec.idle_w * self.region_power_factor
+        self.timeline.queue(now, self.host_until - max(now, self.timeline.end),
+                            min(idle_w, max(limit_w - self.spec.idle_w, 0.0)))
 
     def _session_drift(self, work: GpuWork) -> float:
         """The step-time factor of this kind of step in this session: drawn from the seed alone."""
@@ -174,6 +204,7 @@ class SimDevice:
         self._set_phases(random.Random(f"phase/{slot}"))
         now = self.owner.clock.now()
         self.timeline = Timeline(now)
+        self.host_until = now
         self.last_seen = self.last_commit = now
         self.last_cpu = self.owner.cpu_clock()
         self.pending_cpu_s = 0.0

@@ -149,6 +149,11 @@ class SimulatedLibrary:
         self._require_init()
         self.machine.simDeclareWork(work)
 
+    def simHostTime(self, host_s: float) -> None:
+        """The host waited for the GPUs, then worked ``host_s`` alone: the GPUs idle that long (see ``work``)."""
+        self._require_init()
+        self.machine.simHostTime(host_s)
+
     def simQueuedUntil(self) -> float:
         """When the GPUs in use will have run the work queued so far (no wait; see ``machine``)."""
         self._require_init()

@@ -315,6 +315,16 @@ class SimulatedMachine:
                 if device.index in self.active:
                     device.declare(work)
 
+    def simHostTime(self, host_s: float) -> None:
+        """The host waited for the GPUs' queued work, then worked ``host_s`` alone (see ``work``): the
+        GPUs this process uses idle that long in their queues. Like declared work, it turns the
+        CPU-time proxy off: the host's own speed never shows."""
+        with self.lock:
+            self.declared = True
+            for device in self.devices:
+                if device.index in self.active:
+                    device.declare_host_time(host_s)
+
     def simQueuedUntil(self) -> float:
         """When the GPUs this process uses will have run the work queued so far (now, if they are idle):
         the time a CUDA event recorded now would carry. Neither waits nor moves the clock. It queues the

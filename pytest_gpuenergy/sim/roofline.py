@@ -107,13 +107,23 @@ class StepRun:
     busy_share: float              # of the step, the share the GPU computes (the rest: waiting for launches)
     busy_power_w: float            # while it computes
     idle_w: float                  # deep idle: the GPU with nothing to do
+    launch_s: float = 0.0          # the host's time to launch its kernels (the step's H)
+
+    @property
+    def gpu_s(self) -> float:
+        """The GPU's own time for the step at the operating point (the step's G)."""
+        return self.step_s * self.busy_share
+
+    def dynamic_w_at(self, busy_share: float) -> float:
+        """Mean power above deep idle over a stretch the GPU is busy ``busy_share`` of (working clocks throughout)."""
+        active_idle = min(ACTIVE_IDLE_FACTOR * self.idle_w, self.busy_power_w)
+        busy_extra = ACTIVITY * max(self.busy_power_w - active_idle, 0.0)
+        return active_idle - self.idle_w + busy_share * busy_extra
 
     @property
     def dynamic_w(self) -> float:
         """Mean power above deep idle over the step: working clocks throughout, plus the busy share."""
-        active_idle = min(ACTIVE_IDLE_FACTOR * self.idle_w, self.busy_power_w)
-        busy_extra = ACTIVITY * max(self.busy_power_w - active_idle, 0.0)
-        return active_idle - self.idle_w + self.busy_share * busy_extra
+        return self.dynamic_w_at(self.busy_share)
 
     @property
     def energy_j(self) -> float:
@@ -128,4 +138,4 @@ def run_step(spec: GpuSpec, work: GpuWork, limit_w: float, sm_clock_cap_fraction
     times = step_times(spec, work)
     point = operating_point(spec, WorkloadProfile(times.compute_bound), limit_w, sm_clock_cap_fraction)
     step_s, busy = times.at(point.sm_clock_fraction, point.mem_clock_fraction)
-    return StepRun(step_s, busy, point.busy_power_w, spec.idle_w)
+    return StepRun(step_s, busy, point.busy_power_w, spec.idle_w, times.host_s)
