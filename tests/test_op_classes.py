@@ -100,6 +100,16 @@ def test_a_kernel_falls_in_its_class_by_the_profilers_name(name: str, expected: 
     assert kernel_class(name) == expected
 
 
+def test_classes_not_told_apart_get_a_note_that_the_others_bounds_do_not_cover_them() -> None:
+    told = PhaseFigures(1.0, 0.9, 1.1, 0.01, 100.0, 0.5, 0.5, True)
+    merged = PhaseFigures(1.0, 0.0, 2.0, 0.01, 100.0, 0.5, 0.5, False, "only their sum is known")
+    assert op_classes.merged_note({MATMUL: told, IDLE: told}) is None
+    assert op_classes.merged_note(None) is None
+    note = op_classes.merged_note({MATMUL: told, MEMORY: merged, REDUCTION: merged})
+    assert note is not None and note.startswith("op classes: memory, reduction could not be told apart")
+    assert note.endswith("measure longer (min_time_s) until every class is told apart")
+
+
 def test_the_classes_are_seven_and_idle_is_the_unmarked_rest() -> None:
     assert op_classes.CLASSES == (MATMUL, ATTENTION, ELEMENTWISE, REDUCTION, MEMORY, COMMUNICATION, IDLE)
     figure = PhaseFigures(1.0, 0.9, 1.1, 0.01, 100.0, 0.5, 0.5, True)
@@ -382,6 +392,7 @@ def test_classes_always_in_the_same_proportion_are_said_to_be_inseparable_with_b
     for name, figure in classes.items():
         assert figure.ets_low_j <= truth[name] <= figure.ets_high_j, (name, figure, truth[name])
     assert math.fsum(f.ets_j for f in classes.values()) == pytest.approx(result.ets_j, rel=1e-9)
+    assert any(note.startswith("op classes: elementwise, memory could not be told apart") for note in result.notes)
 
 
 def _truth(meter: EnergyMeter, gpu, result) -> dict[str, float]:

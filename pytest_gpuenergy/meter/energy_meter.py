@@ -27,7 +27,7 @@ from .defaults import DEFAULT_MIN_TIME_S
 from .domains import per_domain
 from .integrate import RegionEnergy
 from .lattice import Lattice
-from .op_classes import as_classes, check_by_op, op_tracer
+from .op_classes import as_classes, check_by_op, merged_note, op_tracer
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
 from .results import BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
@@ -275,6 +275,7 @@ class EnergyMeter:
                                                       _op_classes_of(region)):
                 slot.append(_per_call(reading, region.duration, region.calls, phases, classes))
                 notes.update(reading.notes)
+                notes.update([note] if (note := merged_note(classes)) else [])
         self._note_region(finished[-1])
         result = self._result_of(finished[-1], per_gpu, sorted(notes), [(r.host_figures(), r.calls) for r in finished])
         self._add(PendingResult.of(result))
