@@ -402,6 +402,18 @@ def test_a_group_whose_share_varies_mostly_by_dating_noise_joins_the_group_it_mo
     assert _merge_noise_dominated(coverage, groups, at_edge, np.full(51, 0.05)) == [[0, 1, 2, 3]]
 
 
+def test_windows_of_different_lengths_are_compared_by_their_shares_not_their_times():
+    # c hardly varies, and only with d; the windows' lengths vary by a factor of three, which moves
+    # every phase's time in step and would hide which phase c moves with
+    rng = np.random.default_rng(0)
+    lengths = rng.uniform(0.05, 0.15, 60)
+    a, d = rng.uniform(0.2, 0.35, 60), rng.uniform(0.2, 0.35, 60)
+    c = 0.1 + 0.01 * (d - d.mean())
+    coverage = np.column_stack([a, 1 - a - c - d, c, d]) * lengths[:, None]
+    at_edge = rng.integers(0, 4, 61)
+    assert _merge_noise_dominated(coverage, [[0], [1], [2], [3]], at_edge, np.full(61, 1e-3)) == [[0], [1], [2, 3]]
+
+
 def test_a_group_that_moves_with_none_joins_the_first_other():
     coverage = np.column_stack([np.full(10, 0.05), np.full(10, 0.05)])    # no share varies at all
     assert _merge_noise_dominated(coverage, [[0], [1]], np.zeros(11, dtype=int), np.full(11, 1e-4)) == [[0, 1]]

@@ -288,3 +288,12 @@ def test_a_longest_region_of_three_periods_holds_two_windows_which_answer_nothin
     assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": POWER_W}, PERIOD_S, 0.99, longest_s=0.3, **loose) == math.inf
     assert region_time_needed_s({"a": ONE_PHASE_S}, {"a": POWER_W}, PERIOD_S, 0.99, longest_s=0.4, **loose) == \
         pytest.approx(0.4)
+
+
+def test_the_synthetic_run_lasts_about_four_hundred_periods_or_sixty_four_calls_whichever_is_longer():
+    # 20 ms calls and their gap (~0.7 ms): about 40 s of calls, 399 windows half a period from the start
+    with_gap = _design({"fwd": 0.008, "bwd": 0.012}, {"fwd": 400.0, "bwd": 250.0}, PERIOD_S, 0.02, 1e-4, 0.001, None)
+    assert with_gap.names[-1] == "gap" and with_gap.windows == 399
+    # 1 s calls: 64 of them, ~64 s (each call's length is spread by 1 %: 0.08 s over 64 calls)
+    long = _design({"long": 1.0}, {"long": 100.0}, PERIOD_S, 0.0, 0.0, 0.001, None)
+    assert long.names == ("long",) and 636 <= long.windows <= 642
