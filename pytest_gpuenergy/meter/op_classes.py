@@ -12,8 +12,8 @@ Where the kernels come from:
 * **a real GPU**: the PyTorch profiler's GPU timeline (``torch.profiler``, CUDA activity), each
   kernel's start and end as CUPTI dates them, which the profiler puts on the host's wall clock. The
   meter's clock is another one (``time.perf_counter``), so two anchors (a profiler event recorded
-  around a read of the meter's clock, at the region's start and end) map the one to the other
-  (:func:`kernel_marks`). **This path has not run on a GPU**: its mapping is tested on synthetic
+  around a read of the meter's clock, at the region's start and end) give the offset between them
+  and check it held (:func:`kernel_marks`). **This path has not run on a GPU**: its mapping is tested on synthetic
   traces and on the CPU profiler's own events only.
 * **the simulator**: ``sim.op_work`` declares each operation's counted work as its own piece on the
   simulated GPU, classified from the operation's name (:func:`op_class`).
@@ -156,31 +156,33 @@ def kernel_marks(events: Sequence[TraceEvent], anchor: str, anchor_moments_s: Se
 
     The host events named ``anchor`` are, in order, the profiler's records of the moments
     ``anchor_moments_s`` read on the meter's clock inside them: each pairs the trace's clock with the
-    meter's, to within half the event's length. With two anchors the map has a rate as well, which
-    follows a slow drift between the two clocks; the host's wall clock, which the profiler dates on,
-    can also be stepped (NTP), and a step between the anchors shows as a rate far from 1: refused.
-    With one anchor the map is an offset.
+    meter's, to within half the event's length. The two clocks run at one rate (the kernel slews
+    the host's wall clock, which the profiler dates on, and the monotonic one alike), so the map is
+    an offset, taken from the anchor known best. The wall clock can also be stepped (NTP): anchors
+    whose offsets differ by more than their uncertainty (and 0.01 % of the time between them) are
+    refused.
     """
     anchors = sorted((e for e in events if e.name == anchor and not e.on_gpu), key=lambda e: e.start_ns)
     if not anchors or len(anchors) != len(anchor_moments_s):
         raise MeasurementError(f"the profiler's trace holds {len(anchors)} anchor events {anchor!r} for "
                                f"{len(anchor_moments_s)} moments read: the trace cannot be put on the meter's clock")
-    middles_s = [(e.start_ns + e.end_ns) / 2e9 for e in anchors]
-    error_s = max((e.end_ns - e.start_ns) / 2e9 for e in anchors)
-    first, last = 0, len(anchors) - 1
-    span_s = middles_s[last] - middles_s[first]
-    rate = (anchor_moments_s[last] - anchor_moments_s[first]) / span_s if span_s > 0 else 1.0
-    if not 0.999 < rate < 1.001:
-        raise MeasurementError(f"the profiler's clock and the meter's ran at rates {rate:.6f} apart between the "
-                               f"anchors: the trace cannot be put on the meter's clock")
+    offsets_s = [moment - (e.start_ns + e.end_ns) / 2e9 for e, moment in zip(anchors, anchor_moments_s)]
+    errors_s = [(e.end_ns - e.start_ns) / 2e9 for e in anchors]
+    best = min(range(len(anchors)), key=errors_s.__getitem__)
+    for offset_s, error_s, moment_s in zip(offsets_s, errors_s, anchor_moments_s):
+        allowed_s = error_s + errors_s[best] + 1e-4 * abs(moment_s - anchor_moments_s[best])
+        if abs(offset_s - offsets_s[best]) > allowed_s:
+            raise MeasurementError(f"the profiler's clock jumped {1000 * abs(offset_s - offsets_s[best]):.3f} ms against "
+                                   f"the meter's between the anchors (the host's clock was stepped): the trace cannot "
+                                   f"be put on the meter's clock; measure again")
 
     def on_meter_s(ns: int) -> float:
-        return anchor_moments_s[first] + (ns / 1e9 - middles_s[first]) * rate
+        return ns / 1e9 + offsets_s[best]
 
     kernels = sorted(((kernel_class(e.name), on_meter_s(e.start_ns), on_meter_s(e.end_ns))
                       for e in events if e.on_gpu and e.end_ns >= e.start_ns), key=lambda m: (m[1], m[2]))
     marks, overlap_s = merged_marks(kernels)
-    return KernelTimeline(tuple(marks), overlap_s, error_s)
+    return KernelTimeline(tuple(marks), overlap_s, errors_s[best])
 
 
 def merged_marks(marks: Sequence[tuple[str, float, float]]) -> tuple[list[tuple[str, float, float]], float]:
