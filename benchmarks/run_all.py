@@ -145,10 +145,11 @@ def goals(results: Path, quick: bool, failed: Mapping[str, str] | None = None) -
     return sorted(found, key=lambda g: order.index(g.goal) if g.goal in order else len(order))
 
 
-def other_lines(results: Path, quick: bool) -> list[str]:
-    """Figures without a target of their own: what the benchmarks say beside the goals."""
+def other_lines(results: Path, quick: bool, failed: Mapping[str, str] | None = None) -> list[str]:
+    """Figures without a target of their own: what the benchmarks say beside the goals (none from
+    a benchmark that failed in this run: its result file is an earlier run's)."""
     def load(name: str) -> dict | None:
-        return _load(results, name, quick)[0]
+        return None if name in (failed or {}) else _load(results, name, quick)[0]
 
     lines = []
     accuracy = load("meter_accuracy")
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     timings = [done for done in ran if done.code is not None]
     found = goals(args.out, args.quick, failed)
     print_goals(found, args.quick)
-    for line in other_lines(args.out, args.quick):
+    for line in other_lines(args.out, args.quick, failed):
         print(f"  {line}")
     wall_s = time.time() - started
     write_goals(args.out, args.quick, found, wall_s)
