@@ -45,12 +45,19 @@ def _phases() -> dict[str, PhaseFigures]:
                                   time_share=0.75, energy_share=0.7, distinguishable=False, why_not="too short")}
 
 
+def _op_classes() -> dict[str, PhaseFigures]:
+    return {"matmul": PhaseFigures(ets_j=6.0, ets_low_j=5.0, ets_high_j=6.5, time_s=0.5, power_w=12.0,
+                                   time_share=0.5, energy_share=0.6, distinguishable=True),
+            "idle": PhaseFigures(ets_j=4.0, ets_low_j=3.5, ets_high_j=5.0, time_s=0.5, power_w=8.0,
+                                 time_share=0.5, energy_share=0.4, distinguishable=False, why_not="overlaps")}
+
+
 def _rich() -> RunDocument:
     """A document that uses every field, each with a value of its own, on two GPUs of one case."""
     reps = (Repetition(ets_j=10.0, time_s=1.0, mean_power_w=10.0, peak_power_w=14.0, calls=3, ets_low_j=9.5,
-                       ets_high_j=10.5, phases=_phases()),
+                       ets_high_j=10.5, phases=_phases(), op_classes=_op_classes()),
             Repetition(ets_j=11.0, time_s=1.1, mean_power_w=10.0, peak_power_w=15.0, calls=3, ets_low_j=10.5,
-                       ets_high_j=11.5, phases=_phases()))
+                       ets_high_j=11.5, phases=_phases(), op_classes=_op_classes()))
     first = replace(gpu_result(cap="60%", limit_w=420.0, gpu_index=2), repetitions=reps, method="sampling",
                     power_source="usage", limit_requested_w=420.0, limit_enforced_w=415.0, default_limit_w=700.0,
                     notes=("throttled", "coarse"), clock_cap="1200MHz", sm_clock_cap_mhz=1185.0, host="node-7", rank=5)
@@ -82,6 +89,7 @@ def test_a_document_read_back_is_the_one_written_field_for_field(tmp_path):
     assert loaded == doc and loaded.path == path and isinstance(loaded.path, Path)
     for read, written in zip(loaded.cases, doc.cases, strict=True):
         assert [r.phases for r in read.repetitions] == [r.phases for r in written.repetitions]
+        assert [r.op_classes for r in read.repetitions] == [r.op_classes for r in written.repetitions] == [_op_classes()] * 2
         assert (read.test, read.gpu_slot, read.outcome, read.rank, read.host) == \
                (written.test, written.gpu_slot, written.outcome, written.rank, written.host)
     assert loaded.cases[1].gpu_slot == 1 and loaded.cases[0].outcome == "xfailed"
@@ -429,6 +437,15 @@ def test_a_phase_read_back_keeps_every_figure_and_missing_shares_are_undefined()
     assert math.isnan(phase.power_w) and math.isnan(phase.time_share) and math.isnan(phase.energy_share)
     assert phase.why_not == "" and phase.distinguishable is True
     assert _read(_data()).cases[1].repetitions[1].phases["other"].why_not == "too short"
+
+
+def test_operator_classes_are_checked_as_phases_are_and_named_as_op_classes():
+    with pytest.raises(StorageError, match=_invalid(f"{REP}.op_classes", "must be a non-empty object (or absent)")):
+        _read(_with_rep(_set("op_classes", {})))
+    with pytest.raises(StorageError, match=_invalid(f"{REP}.op_classes.matmul.ets_j", "must be a number, got None")):
+        _read(_with_rep(lambda rep: rep["op_classes"]["matmul"].pop("ets_j")))
+    rep = _read(_with_rep(_drop("op_classes"))).cases[1].repetitions[1]
+    assert rep.op_classes is None and rep.phases == _phases()
 
 
 # -- per domain -------------------------------------------------------------------------------------------
