@@ -559,3 +559,75 @@ def test_saved_runs_without_the_phase_give_it_no_session_noise(tmp_path):
     update = case.phase("update")
     assert update is not None and "session noise" not in update.reason and "n=3/3" in update.reason
     assert "session noise" in case.metric("ets").reason         # the region's figures are in all three
+
+
+# -- which runs and cases are compared (in-process: the gate's pytester sessions test it end to end) --
+
+def _outcomes(doc, outcomes: dict[str, str]):
+    """``doc`` with the cases of these workloads ended so (``failed``, ``error``, ...)."""
+    def outcome(case):
+        return next((o for workload, o in outcomes.items() if f"[{workload}-" in case.case_id), case.outcome)
+    return replace(doc, cases=tuple(replace(c, outcome=outcome(c)) for c in doc.cases))
+
+
+def test_only_cases_whose_test_passed_are_compared_and_a_note_counts_the_others():
+    workloads = ("a", "b", "c", "d")
+    old = _outcomes(make_doc(seed=1, workloads=workloads, caps_w=(300.0,)), {"a": "failed"})
+    new = _outcomes(make_doc(seed=2, workloads=workloads, caps_w=(300.0,), minutes=5), {"b": "failed", "c": "error"})
+    comparison = compare_documents(old, new, GATE)
+    status = {c.case_id.split("[")[1][0]: c.status for c in comparison.cases}
+    assert status == {"a": NEW, "d": "compared"}         # a: no baseline (it failed there); b, c: not compared
+    assert comparison.notes[-1] == "2 cases not compared: their test did not pass (1 error, 1 failed)"
+    clean = make_doc(seed=2, workloads=workloads, caps_w=(300.0,), minutes=5)
+    comparison = compare_documents(old, clean, GATE)
+    assert {c.case_id.split("[")[1][0]: c.status for c in comparison.cases} == {
+        "a": NEW, "b": "compared", "c": "compared", "d": "compared"}
+    assert not any("not compared" in note for note in comparison.notes)
+    one = compare_documents(make_doc(seed=1, workloads=workloads, caps_w=(300.0,)),
+                            _outcomes(clean, {"d": "xfailed"}), GATE)
+    assert one.notes[-1] == "1 case not compared: their test did not pass (1 xfailed)"
+    assert len(one.cases) == 3
+
+
+def _store_with_neighbours(tmp_path, *, newest_neighbours: bool = True):
+    """Two saved runs of the simulated H100, and newer runs of the same cases on another backend (same
+    model name) and on another model (same backend): a baseline must come from the first two only."""
+    store = RunStore(tmp_path / ".energy")
+    own = [make_doc(seed=seed, workloads=("step",), caps_w=(300.0,), minutes=seed) for seed in (1, 2)]
+    for doc in own:
+        store.save(doc)
+    later = 10 if newest_neighbours else -10
+    store.save(make_doc(seed=3, workloads=("step",), caps_w=(300.0,), backend="nvml", minutes=later))
+    store.save(make_doc(seed=4, workloads=("step",), caps_w=(300.0,), gpu_name=V100, minutes=later))
+    new = make_doc(seed=5, workloads=("step",), caps_w=(300.0,), minutes=20)
+    return store, own, new
+
+
+def test_the_latest_baseline_is_of_the_runs_backend_and_model_only(tmp_path):
+    store, own, new = _store_with_neighbours(tmp_path)
+    comparison = baseline_comparison(store, new, thresholds=GATE, confidence=0.95)
+    assert comparison.comparable and comparison.old_run_id == own[1].run_id and comparison.confidence == 0.95
+    assert comparison.notes[0] == ("noise between sessions estimated per case from 2 saved runs (the baseline and "
+                                   "those before it)")
+    padded = baseline_comparison(store, new, ref=" latest ", thresholds=GATE)     # resolved by the store
+    assert padded.comparable and padded.old_run_id == own[1].run_id
+
+
+def test_a_named_baseline_learns_the_noise_from_the_saved_runs_of_the_model_only(tmp_path):
+    store, own, new = _store_with_neighbours(tmp_path, newest_neighbours=False)
+    store.save(new)                                       # the run itself is saved too: never its own history
+    comparison = baseline_comparison(store, new, ref=own[1].run_id, thresholds=GATE, confidence=0.95)
+    assert comparison.comparable and comparison.old_run_id == own[1].run_id and comparison.confidence == 0.95
+    assert comparison.notes[0] == ("noise between sessions estimated per case from 2 saved runs (the baseline and "
+                                   "those before it)")
+
+
+def test_saved_runs_without_any_of_the_cases_say_so(tmp_path):
+    store = RunStore(tmp_path / ".energy")
+    store.save(make_doc(seed=1, workloads=("other",), caps_w=(300.0,)))
+    store.save(make_doc(seed=3, workloads=("step",), caps_w=(300.0,), backend="nvml"))     # not counted: another
+    store.save(make_doc(seed=4, workloads=("step",), caps_w=(300.0,), gpu_name=V100))      # backend, another model
+    new = make_doc(seed=2, workloads=("step",), caps_w=(300.0,), minutes=5)
+    [note] = baseline_comparison(store, new).notes
+    assert note.startswith("none of the 1 saved runs of NVIDIA H100 80GB HBM3 (simulated) (sim) in ")
+    assert [c.status for c in baseline_comparison(store, new).cases] == [NEW]
