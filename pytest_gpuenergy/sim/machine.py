@@ -329,11 +329,13 @@ class SimulatedMachine:
         """When the GPUs this process uses will have run the work queued so far (now, if they are idle):
         the time a CUDA event recorded now would carry. Neither waits nor moves the clock. It queues the
         CPU-proxy work gathered so far (undeclared work only; ``flush``), so that work lands in the phase
-        it ran in; declared work is queued already."""
+        it ran in; declared work is queued already (and then nothing needs accounting: a phase mark
+        stays a few microseconds)."""
         with self.lock:
-            for device in self.devices:
-                device.advance()
-                device.flush()
+            if not self.declared:
+                for device in self.devices:
+                    device.advance()
+                    device.flush()
             return max([self.clock.now()] + [d.timeline.end for d in self.devices if d.index in self.active])
 
     def simCountCpuWork(self, counting: bool) -> None:
