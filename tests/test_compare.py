@@ -631,3 +631,16 @@ def test_saved_runs_without_any_of_the_cases_say_so(tmp_path):
     [note] = baseline_comparison(store, new).notes
     assert note.startswith("none of the 1 saved runs of NVIDIA H100 80GB HBM3 (simulated) (sim) in ")
     assert [c.status for c in baseline_comparison(store, new).cases] == [NEW]
+
+
+def test_a_damaged_run_of_another_model_or_backend_never_stops_the_comparison(tmp_path):
+    """Only the new run's backend and model are read: a damaged file elsewhere in the storage is
+    someone else's problem (``gpuenergy runs`` names it)."""
+    store, own, new = _store_with_neighbours(tmp_path)
+    damaged = [path for path in (tmp_path / ".energy").rglob("*.json") if "nvml" in path.parts or "tesla" in str(path)]
+    for path in damaged:
+        path.write_text("{damaged")
+    assert len(damaged) == 2
+    for ref in ("latest", own[1].run_id):
+        comparison = baseline_comparison(store, new, ref=ref, thresholds=GATE)
+        assert comparison.comparable and comparison.old_run_id == own[1].run_id
