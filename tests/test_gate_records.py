@@ -99,6 +99,7 @@ def test_session_noise_is_never_negative_and_single_repetitions_count_as_session
 
 def test_the_sample_variance_is_exact_for_equal_values_and_refuses_one_value():
     assert sample_variance([2.0, 2.0, 2.0]) == 0.0
+    assert sample_variance([0.1, 0.1, 0.1]) == 0.0 and sample_variance([0.7, 0.7, 0.7]) == 0.0   # fsum/n is not 0.1
     assert sample_variance([1.0, 2.0, 3.0, 4.0]) == pytest.approx(statistics.variance([1.0, 2.0, 3.0, 4.0]), rel=1e-15)
     assert sample_variance([1.0, 3.0]) == 2.0
     assert sample_variance([0.1] * 7 + [0.1000001]) > 0
