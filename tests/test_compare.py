@@ -644,3 +644,19 @@ def test_a_damaged_run_of_another_model_or_backend_never_stops_the_comparison(tm
     for ref in ("latest", own[1].run_id):
         comparison = baseline_comparison(store, new, ref=ref, thresholds=GATE)
         assert comparison.comparable and comparison.old_run_id == own[1].run_id
+
+
+def test_the_noise_between_sessions_is_learnt_from_the_baseline_and_at_most_nine_runs_before_it():
+    baseline = make_doc(seed=0, workloads=("step",), caps_w=(300.0,), minutes=100)
+    same_time = make_doc(seed=1, workloads=("step",), caps_w=(300.0,), minutes=100)    # saved with the baseline
+    later = make_doc(seed=2, workloads=("step",), caps_w=(300.0,), minutes=101)        # after it: never history
+    new = make_doc(seed=3, workloads=("step",), caps_w=(300.0,), minutes=200)
+    comparison = compare_documents(baseline, new, GATE, history=[later, same_time, baseline, new])
+    assert comparison.notes[0] == ("noise between sessions estimated per case from 2 saved runs (the baseline and "
+                                   "those before it)")
+    before = [make_doc(seed=10 + i, workloads=("step",), caps_w=(300.0,), minutes=i) for i in range(12)]
+    comparison = compare_documents(baseline, new, GATE, history=[*before, baseline])
+    assert comparison.notes[0].startswith("noise between sessions estimated per case from 10 saved runs")
+    assert compare_documents(baseline, new, GATE, history=before[:1]).notes[0].startswith(
+        "noise between sessions estimated per case from 2 saved runs")
+    assert compare_documents(baseline, new, GATE).notes[0].startswith("noise between sessions unknown")
