@@ -435,6 +435,8 @@ def test_columns_along_a_flat_direction_are_merged_and_the_rest_left_as_they_wer
     # flat to a part in a billion is flat; a part in ten million is information
     assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-10 * x[:, 1])]), [[0], [1]]) == [[0, 1]]
     assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-6 * x[:, 1])]), [[0], [1]]) is None
+    # each column is taken at its own scale: a phase of 0.1 ns a window that varies on its own is not flat
+    assert _confounded_groups(np.column_stack([x[:, 0] * 1e-10, x[:, 1], x[:, 2]]), [[0], [1], [2]]) is None
 
 
 # -- why a phase is not told apart, word for word ----------------------------------------------------
