@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_gpuenergy.errors import BudgetError
-from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, phase_failures, select_budget
+from pytest_gpuenergy.gate.budgets import Budget, budget_from_marker, domain_failures, phase_failures, select_budget
 from pytest_gpuenergy.gpu.device import PowerLimits
 from pytest_gpuenergy.meter.results import PhaseFigures
 
@@ -158,3 +158,70 @@ def test_a_phase_the_region_lacks_or_could_not_tell_apart_is_said_in_one_line():
         "(with energy_meter.phase(...): inside the measured region)"]
     [line] = phase_failures([Budget(ets_j=0.5, phase="update")], _phased(told=False), H100, "")
     assert "(true update ETS within 0.8-1 J; the fit could not tell it from the others: always in the same proportions)" in line
+
+
+def test_each_phase_budget_is_checked_whatever_the_one_before_it_said():
+    result = _phased()
+    budgets = [Budget(ets_j=0.5, phase="update", gpu="V100"),        # another GPU's: no budget for update here
+               Budget(ets_j=50.0, phase="forward"),                   # within
+               Budget(ets_j=1.0, phase="optimizer"),                  # not marked
+               budget_from_marker((), {"ets": 0.5, "time": 0.001, "phase": "forward", "cap": 300})]
+    assert [line.split(":")[0] for line in phase_failures(budgets, result, H100, "")] == [
+        "energy budget exceeded", "energy_budget(ets=1, phase='optimizer')"]
+    [forward, missing] = phase_failures(budgets, result, H100, "")
+    assert forward.startswith("energy budget exceeded: phase 'forward' ETS 4.7 J > budget 0.5 J (+840.0 %); "
+                              "T 0.008 s > budget 0.001 s (+700.0 %) (true forward ETS within 4.6-4.8 J)")
+    assert phase_failures([Budget(ets_j=0.5, phase="update", gpu="V100"), Budget(ets_j=0.5, phase="forward"),
+                           Budget(ets_j=50.0, phase="update")], result, H100, "")[0].startswith(
+        "energy budget exceeded: phase 'forward' ETS 4.7 J")
+    assert len(phase_failures([Budget(ets_j=50.0, phase="update"), Budget(ets_j=0.5, phase="forward")],
+                              result, H100, "")) == 1
+
+
+def test_a_phase_budget_reads_the_limit_as_the_gpu_ran_at_it_and_says_measured_on_a_real_gpu():
+    at_default = replace(_phased(), cap="current", limit_requested_w=None, limit_enforced_w=700.0,
+                         backend="nvml", simulated=False)
+    [line] = phase_failures([budget_from_marker((), {"ets": 0.5, "phase": "update", "cap": 700})], at_default, H100, "")
+    assert line.endswith("on GPU 0 NVIDIA H100 80GB HBM3 at cap current (enforced 700 W, measured, n=3)")
+    sixty = budget_from_marker((), {"ets": 0.5, "phase": "update", "cap": "60%"})      # 420 W of this H100
+    assert len(phase_failures([sixty], replace(_phased(), limit_requested_w=420.0), H100, "")) == 1
+    assert phase_failures([sixty], _phased(), H100, "") == []
+
+
+# -- a host domain's budget: energy_budget(domain="node", ...) --------------------------------------
+
+def _with_domains(simulated: bool = True):
+    from pytest_gpuenergy.meter.results import DomainEnergy, EnergyResult
+
+    gpu = gpu_result(cap="300W", limit_w=300.0, gpu_name=H100_NAME, n=2, noise=0.0)
+    return EnergyResult(per_gpu=(gpu,), per_domain={"cpu": DomainEnergy(40.0, 39.0, 41.0, simulated),
+                                                     "node": DomainEnergy(600.0, 590.0, 610.0, simulated)})
+
+
+def test_a_domain_budget_is_one_line_with_the_domain_figure_and_bound():
+    result = _with_domains()
+    budgets = [budget_from_marker((), {"ets": 30.0, "edp": 1e6, "domain": "cpu"}), Budget(ets_j=1.0),
+               budget_from_marker((), {"ets": 1e6, "domain": "node", "gpu": "H100"})]
+    assert budgets[0].describe() == "energy_budget(ets=30, edp=1e+06, domain='cpu')" and budgets[0].domain == "cpu"
+    time_s = result.time_s
+    assert domain_failures(budgets, result, H100, " at cap 300W") == [
+        "energy budget exceeded at cap 300W: cpu ETS 40 J > budget 30 J (+33.3 %) (true cpu ETS within 39-41 J; "
+        "simulated, n=2)"]
+    edp = domain_failures([budget_from_marker((), {"edp": 1.0, "domain": "node"})], _with_domains(False), H100, "")
+    assert edp == [f"energy budget exceeded: node EDP {600 * time_s:.4g} J s > budget 1 J s (+{(600 * time_s - 1) * 100:.1f} %) "
+                   f"(true node ETS within 590-610 J; measured, n=2)"]
+    assert domain_failures([budget_from_marker((), {"ets": 1.0, "domain": "dram"})], result, H100, "") == [
+        "energy_budget(ets=1, domain='dram'): the dram energy was not measured; run with --energy-domains=gpu,cpu,dram "
+        "(or drop domain='dram')"]
+    other_cap = budget_from_marker((), {"ets": 1.0, "domain": "cpu", "cap": "60%"})     # 420 W: not this case's
+    assert domain_failures([other_cap], result, H100, "") == []
+    requested = replace(result, per_gpu=(replace(result.per_gpu[0], limit_requested_w=420.0),))
+    assert len(domain_failures([other_cap], requested, H100, "")) == 1
+
+
+@pytest.mark.parametrize("domain", [None, "gpu ", 3, "GPU", "host"])
+def test_a_domain_that_is_none_of_them_is_refused(domain):
+    with pytest.raises(BudgetError) as refused:
+        budget_from_marker((), {"ets": 1.0, "domain": domain})
+    assert str(refused.value) == (f"energy_budget domain= must be one of 'gpu', 'cpu', 'dram', 'node', got "
+                                  f"{domain!r}")
