@@ -523,6 +523,12 @@ def test_lists_optional_or_not():
         reader.items({}, "notes", "case")
 
 
+def test_a_case_read_on_its_own_without_a_slot_is_the_first_gpu():
+    """An xdist worker's results are read case by case, without a document to number them."""
+    data = {k: v for k, v in _data()["cases"][1].items() if k != "gpu_slot"}
+    assert DocumentReader(SOURCE).case(data, "case").gpu_slot == 0
+
+
 def test_a_case_read_on_its_own_is_named_case():
     data = _data()["cases"][0]
     assert CaseEntry.from_json(data, SOURCE) == RICH.cases[0]
