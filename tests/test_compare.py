@@ -660,3 +660,51 @@ def test_the_noise_between_sessions_is_learnt_from_the_baseline_and_at_most_nine
     assert compare_documents(baseline, new, GATE, history=before[:1]).notes[0].startswith(
         "noise between sessions estimated per case from 2 saved runs")
     assert compare_documents(baseline, new, GATE).notes[0].startswith("noise between sessions unknown")
+
+
+def test_a_case_on_another_gpu_slot_pairs_when_it_is_the_only_one_of_its_test_and_cap():
+    """A rank or worker that ran the case on another of its GPUs: the second pairing rule (id and cap)."""
+    old = make_doc(seed=1, workloads=("a", "b", "c"), caps_w=(300.0,))
+    new = make_doc(seed=2, workloads=("a", "b", "c"), caps_w=(300.0,), minutes=5, scale={"a": 1.3})
+    moved = replace(new, cases=tuple(replace(c, gpu_slot=1) if "[a-" in c.case_id else c for c in new.cases))
+    cases = compare_documents(old, moved, GATE).cases
+    assert [(c.case_id.split("[")[1][0], c.status, c.key[2]) for c in cases] == [
+        ("a", "compared", 1), ("b", "compared", 0), ("c", "compared", 0)]
+    assert cases[0].old is old.cases[0] and cases[0].new is moved.cases[0] and cases[0].verdict == REGRESSION
+    twice_old = replace(old, cases=(*old.cases, replace(old.cases[0], gpu_slot=2)))     # two old ones: ambiguous
+    statuses = [(c.case_id.split("[")[1][0], c.status, c.key[2]) for c in compare_documents(twice_old, moved, GATE).cases]
+    assert statuses == [("a", NEW, 1), ("b", "compared", 0), ("c", "compared", 0), ("a", MISSING, 0), ("a", MISSING, 2)]
+    twice_new = replace(moved, cases=(*moved.cases, replace(moved.cases[0], gpu_slot=3)))  # two new ones: ambiguous
+    statuses = [(c.case_id.split("[")[1][0], c.status, c.key[2]) for c in compare_documents(old, twice_new, GATE).cases]
+    assert statuses == [("a", NEW, 1), ("b", "compared", 0), ("c", "compared", 0), ("a", NEW, 3), ("a", MISSING, 0)]
+    lone = compare_documents(make_doc(seed=1, workloads=("x",), caps_w=(300.0,)),       # one left on each side,
+                             make_doc(seed=2, workloads=("y",), caps_w=(300.0,), minutes=5), GATE).cases   # other tests
+    assert [(c.case_id.split("[")[1][0], c.status) for c in lone] == [("y", NEW), ("x", MISSING)]
+
+
+def test_several_cases_of_one_outcome_are_counted_together():
+    old = make_doc(seed=1, workloads=("a", "b", "c"), caps_w=(300.0,))
+    new = _outcomes(make_doc(seed=2, workloads=("a", "b", "c"), caps_w=(300.0,), minutes=5), {"a": "failed", "b": "failed"})
+    assert compare_documents(old, new, GATE).notes[-1] == "2 cases not compared: their test did not pass (2 failed)"
+
+
+def test_a_host_domain_is_compared_once_per_case_on_its_first_gpu():
+    from pytest_gpuenergy.meter.results import DomainEnergy
+
+    def with_node(doc, node_j):
+        return replace(doc, cases=tuple(replace(c, per_domain={"node": DomainEnergy(node_j, node_j * 0.99, node_j * 1.01, True)})
+                                        for c in doc.cases))
+
+    old = with_node(make_doc(seed=1, workloads=("a",), caps_w=(300.0,)), 600.0)
+    new = with_node(make_doc(seed=2, workloads=("a",), caps_w=(300.0,), minutes=5), 780.0)
+    [case] = compare_documents(old, new, {"node.ets": 5.0}).cases
+    node = case.metric("node.ets")
+    assert node is not None and node.domain == "node" and node.verdict == REGRESSION and node.method == THRESHOLD_ONLY
+    second = replace(new, cases=tuple(replace(c, gpu_slot=1) for c in new.cases))
+    old_second = replace(old, cases=tuple(replace(c, gpu_slot=1) for c in old.cases))
+    [case] = compare_documents(old_second, second, {"node.ets": 5.0}).cases
+    assert case.metric("node.ets") is None and not case.notes
+    [case] = compare_documents(make_doc(seed=1, workloads=("a",), caps_w=(300.0,)), new, {"node.ets": 5.0}).cases
+    assert case.metric("node.ets") is None
+    assert case.notes[-1] == "node.ets not compared: the baseline did not measure node (run both with --energy-domains=gpu,cpu,dram)"
+    assert compare_documents(old, new, {"ets": 5.0}).cases[0].metric("node.ets") is None      # not asked for
