@@ -435,6 +435,11 @@ def test_columns_along_a_flat_direction_are_merged_and_the_rest_left_as_they_wer
     # flat to a part in a billion is flat; a part in ten million is information
     assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-10 * x[:, 1])]), [[0], [1]]) == [[0, 1]]
     assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 1e-6 * x[:, 1])]), [[0], [1]]) is None
+    # the tolerance is relative to the largest singular value (here sqrt(2)): 0.9e-8 of the columns' scale is flat
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 0] * (1 + 5e-8 * (x[:, 1] - 0.5))]), [[0], [1]]) == [[0, 1]]
+    # a column takes part in a flat direction down to 1 % of its largest component (here 1.5 % of it)
+    assert _confounded_groups(np.column_stack([x[:, 0], x[:, 1], x[:, 0] + 0.015 * x[:, 1], x[:, 2]]),
+                              [[0], [1], [2], [3]]) == [[0, 1, 2], [3]]
     # each column is taken at its own scale: a phase of 0.1 ns a window that varies on its own is not flat
     assert _confounded_groups(np.column_stack([x[:, 0] * 1e-10, x[:, 1], x[:, 2]]), [[0], [1], [2]]) is None
 
