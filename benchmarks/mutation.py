@@ -60,12 +60,15 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/meter/lattice.py": _METER,
     "pytest_gpuenergy/meter/recorder.py": _METER,
     "pytest_gpuenergy/meter/region.py": _METER,
-    "pytest_gpuenergy/meter/energy_meter.py": [*_METER, "tests/test_phases.py"],
+    "pytest_gpuenergy/meter/energy_meter.py": [*_METER, "tests/test_phases.py", "tests/test_watch.py",
+                                               "tests/test_op_classes.py"],
     "pytest_gpuenergy/meter/results.py": _METER,
     "pytest_gpuenergy/meter/distributed.py": ["tests/test_meter.py"],
     "pytest_gpuenergy/meter/attribution.py": ["tests/test_attribution_parts.py",  # the fit's parts, exact
                                               "tests/test_phase_design.py"],     # its PhaseTimeline lays out designs
     "pytest_gpuenergy/meter/phase_design.py": [],     # tests/test_phase_design.py (test_attribution.py's run the fit)
+    "pytest_gpuenergy/meter/watch.py": [],          # tests/test_watch.py (its end-to-end test runs in a subprocess: unchanged code)
+    "pytest_gpuenergy/meter/op_classes.py": [],     # tests/test_op_classes.py
     "pytest_gpuenergy/meter/domains.py": [],                                      # tests/test_domains.py (powercap's do not reach it)
     "pytest_gpuenergy/gpu/knob.py": ["tests/test_capping.py", "tests/test_clocks_knob.py"],
     "pytest_gpuenergy/gpu/capping.py": _KNOBS,
