@@ -297,3 +297,11 @@ def test_the_synthetic_run_lasts_about_four_hundred_periods_or_sixty_four_calls_
     # 1 s calls: 64 of them, ~64 s (each call's length is spread by 1 %: 0.08 s over 64 calls)
     long = _design({"long": 1.0}, {"long": 100.0}, PERIOD_S, 0.0, 0.0, 0.001, None)
     assert long.names == ("long",) and 636 <= long.windows <= 642
+
+
+def test_by_default_eight_offsets_are_asked_for():
+    # a 20 ms call under 100 ms: 8 publications, none more than a quarter of the call apart
+    gap = alignment_gap_s(0.02, PERIOD_S)
+    assert gap > 0 and _largest_empty_arc(0.02 + gap, PERIOD_S, 8) <= 0.25
+    assert _largest_empty_arc(0.02 + gap - 0.02 / 400, PERIOD_S, 8) > 0.25
+    assert gap == alignment_gap_s(0.02, PERIOD_S, offsets=8) != alignment_gap_s(0.02, PERIOD_S, offsets=9)
