@@ -84,10 +84,21 @@ def test_exact_windows_leave_only_the_counters_resolution_in_the_bound():
     assert result.windows == 40 and result.notes == ()
 
 
-def test_a_dating_error_adds_the_larger_move_of_the_fit_with_every_publication_moved_and_its_attenuation():
-    rng = np.random.default_rng(12)
+def _hidden_b(n: int, rng: np.random.Generator) -> list[tuple[str, float, float]]:
+    """b in the middle of every window, never under a publication (which all fall in a)."""
+    timeline = []
+    for i in range(n):
+        start, b_s = i * 0.1 + float(rng.uniform(0.02, 0.05)), float(rng.uniform(0.01, 0.03))
+        timeline += [("a", i * 0.1, start), ("b", start, start + b_s), ("a", start + b_s, (i + 1) * 0.1)]
+    return timeline
+
+
+@pytest.mark.parametrize("layout", ["alternating", "last two publications in different phases", "b under none"])
+def test_a_dating_error_adds_the_larger_move_of_the_fit_with_every_publication_moved_and_its_attenuation(layout):
     times, d_s = np.arange(61) * 0.1, 2e-4
-    timeline = _alternating(60, 0.1, rng)
+    timeline = {"alternating": lambda: _alternating(60, 0.1, np.random.default_rng(12)),
+                "last two publications in different phases": lambda: _alternating(60, 0.1, np.random.default_rng(14)),
+                "b under none": lambda: _hidden_b(60, np.random.default_rng(5))}[layout]()
     powers = {"a": 300.0, "b": 100.0}
     energies = _energies(timeline, times, powers)
     result = _attribute(timeline, times, energies, resolution_j=1e-12, dating_error_s=d_s)
@@ -223,6 +234,12 @@ def test_each_impossible_timeline_is_refused_word_for_word(timeline, message):
     ([10, 10], 30, [0, 0], [10, 10], [1, 1], [10.0, 10.0]),            # both at their limits: the sum cannot be met
     ([10, 10, 10], 45, [0, 0, 0], [12, 12, 100], [1, 1, 1], [12.0, 12.0, 21.0]),
     ([10, 10, 10], 20, [9, 9, 0], [100, 100, 100], [1, 1, 2], [9.0, 9.0, 2.0]),
+    ([10, 20], 36, [0, 0], [100, 100], [0.1, 0.3], [11.5, 24.5]),       # weights below 1 in all are still weights
+    ([0, 20], 30, [0, 0], [100, 100], [0, 0], [5e-13, 30.0]),          # a phase of no energy takes next to none
+    ([30, 10], 20, [0, 0], [20, 100], [1, 1], [15.0, 5.0]),            # into its limits before sharing
+    ([-5, 20], 30, [0, 0], [100, 100], [1, 1], [5.0, 25.0]),
+    ([10, 10], 30, [0, 0], [12, 100], [2, 0], [12.0, 10.0]),           # the rest has no weight: left short
+    ([10, 10, 10], 45, [0, 0, 0], [15, 12, 100], [1, 1, 1], [15.0, 12.0, 18.0]),  # held once, held for good
 ])
 def test_the_phases_are_moved_to_the_total_in_proportion_to_their_variance_within_their_limits(
         energy, total, low, high, weight, expected):
