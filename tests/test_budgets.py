@@ -225,3 +225,21 @@ def test_a_domain_that_is_none_of_them_is_refused(domain):
         budget_from_marker((), {"ets": 1.0, "domain": domain})
     assert str(refused.value) == (f"energy_budget domain= must be one of 'gpu', 'cpu', 'dram', 'node', got "
                                   f"{domain!r}")
+
+
+def test_a_missing_phase_or_domain_never_hides_the_next_ones_miss():
+    lines = phase_failures([Budget(ets_j=1.0, phase="optimizer"), Budget(ets_j=0.5, phase="update")], _phased(), H100, "")
+    assert [line.split(":")[0] for line in lines] == ["energy_budget(ets=1, phase='optimizer')", "energy budget exceeded"]
+    result = _with_domains()
+    lines = domain_failures([budget_from_marker((), {"ets": 1.0, "domain": "dram"}),
+                             budget_from_marker((), {"ets": 1.0, "edp": 1e-3, "domain": "node"})], result, H100, "")
+    assert lines[0].startswith("energy_budget(ets=1, domain='dram'): the dram energy was not measured")
+    assert lines[1].startswith("energy budget exceeded: node ETS 600 J > budget 1 J (+59900.0 %); EDP ")
+
+
+def test_a_domain_budget_reads_the_limit_as_the_gpu_ran_at_it():
+    result = _with_domains()
+    at_default = replace(result, per_gpu=(replace(result.per_gpu[0], cap="current", limit_requested_w=None,
+                                                  limit_enforced_w=700.0),))
+    at_700 = budget_from_marker((), {"ets": 1.0, "domain": "cpu", "cap": 700})
+    assert len(domain_failures([at_700], at_default, H100, "")) == 1
