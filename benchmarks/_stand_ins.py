@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +89,16 @@ class _Recorder:
         return lambda *args, **keywords: self.calls.append((name, args, keywords))
 
 
-def recorded_step(name: str, mode: str) -> list[dict[str, Any]]:
+def recorded_step(name: str, mode: str, build: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
     """What one steady step of the reference workload ``name`` in ``mode`` declares to the simulator,
-    in order: ``{"work": GpuWork's figures}`` or ``{"host_s": seconds}`` parts."""
+    in order: ``{"work": GpuWork's figures}`` or ``{"host_s": seconds}`` parts. ``build``:
+    ``reference_workloads.build`` unless given."""
     from pytest_gpuenergy.sim import work as sim_work
-    from reference_workloads import build
 
+    if build is None:
+        from reference_workloads import build as suite_build
+
+        build = suite_build
     workload = build(name, size="tiny", mode=mode, device="cpu", seed=0, sim_size="full")
     recorder = _Recorder()
     sim_work.register(recorder)

@@ -177,12 +177,11 @@ def test_the_benchmarks_with_goals_state_them_in_their_results():
     assert detection_power.headline_goal({"available": False}).figure is None
 
 
-def test_a_stand_in_replays_what_a_step_declares_and_refuses_what_it_cannot(monkeypatch):
+def test_a_stand_in_replays_what_a_step_declares_and_refuses_what_it_cannot():
     import dataclasses
 
     import _stand_ins
 
-    import reference_workloads
     from pytest_gpuenergy.sim import GpuWork
     from pytest_gpuenergy.sim import work as sim_work
 
@@ -198,11 +197,10 @@ def test_a_stand_in_replays_what_a_step_declares_and_refuses_what_it_cannot(monk
                 for name in self.extra:
                     getattr(simulator, name)(2.0)
 
-    monkeypatch.setattr(reference_workloads, "build", lambda *args, **keywords: Step())
-    assert _stand_ins.recorded_step("some", "train") == [{"work": dataclasses.asdict(work)}]
-    monkeypatch.setattr(reference_workloads, "build", lambda *args, **keywords: Step("simSomethingNew"))
+    assert _stand_ins.recorded_step("some", "train", lambda *args, **keywords: Step()) == [
+        {"work": dataclasses.asdict(work)}]
     with pytest.raises(SystemExit, match="a some train step tells the simulator simSomethingNew"):
-        _stand_ins.recorded_step("some", "train")
+        _stand_ins.recorded_step("some", "train", lambda *args, **keywords: Step("simSomethingNew"))
     assert not sim_work.simulating()          # the recorder is gone again
 
 
