@@ -32,7 +32,7 @@ from pytest_gpuenergy.gate.verdicts import (
 )
 from pytest_gpuenergy.runs.store import RunStore
 
-from helpers import H100, H100_REAL, V100, make_doc, wide_runs, with_phases
+from helpers import H100, H100_REAL, V100, machine, make_doc, wide_runs, with_phases
 
 GATE = {"ets": 5.0, "edp": 10.0, "time": 5.0}
 CASE = "tests/test_suite.py::test_train[alexnet-train-300W]"
@@ -708,3 +708,102 @@ def test_a_host_domain_is_compared_once_per_case_on_its_first_gpu():
     assert case.metric("node.ets") is None
     assert case.notes[-1] == "node.ets not compared: the baseline did not measure node (run both with --energy-domains=gpu,cpu,dram)"
     assert compare_documents(old, new, {"ets": 5.0}).cases[0].metric("node.ets") is None      # not asked for
+
+
+# -- every field of what a comparison says (compare.py's survivors, word for word) -------------------
+
+def test_a_comparison_and_a_refusal_carry_both_runs_the_thresholds_and_the_confidence():
+    old, new = make_doc(seed=1, workloads=("a",), caps_w=(300.0,)), make_doc(seed=2, workloads=("a",), caps_w=(300.0,), minutes=5)
+    comparison = compare_documents(old, new, GATE, confidence=0.95)
+    assert (comparison.old_machine.run_id, comparison.new_machine.run_id) == (old.run_id, new.run_id)
+    assert comparison.thresholds == GATE and comparison.confidence == 0.95 and comparison.comparable is True
+    real = make_doc(seed=3, workloads=("a",), caps_w=(300.0,), gpu_name=H100_REAL, backend="nvml", minutes=9)
+    refused = compare_documents(old, real, GATE, confidence=0.95)
+    assert (refused.old_run_id, refused.new_run_id, refused.cases, refused.comparable) == (old.run_id, real.run_id, (), False)
+    assert (refused.old_machine.run_id, refused.new_machine.run_id) == (old.run_id, real.run_id)
+    assert refused.thresholds == GATE and refused.confidence == 0.95
+    amd = replace(real, backend="amdsmi", run_id="20250301T100900Z-0000amd0")     # real both: another backend
+    assert not compare_documents(real, amd, GATE).comparable
+
+
+def test_a_new_or_missing_case_carries_its_entry_and_a_compared_one_its_test():
+    old = make_doc(seed=1, workloads=("a", "gone"), caps_w=(300.0,))
+    new = make_doc(seed=2, workloads=("a", "fresh"), caps_w=(300.0,), minutes=5)
+    by_status = {c.status: c for c in compare_documents(old, new, GATE).cases}
+    gone, fresh, kept = by_status[MISSING], by_status[NEW], by_status["compared"]
+    assert (gone.test, gone.cap, gone.gpu_name, gone.old, gone.new) == (old.cases[1].test, "300W", H100, old.cases[1], None)
+    assert (fresh.test, fresh.cap, fresh.gpu_name, fresh.old, fresh.new) == (new.cases[1].test, "300W", H100, None, new.cases[1])
+    assert kept.test == new.cases[0].test == "tests/test_suite.py::test_train[a-300W]"
+
+
+def _node(doc, node_j: float, bound: float = 0.01, domains=("node",)):
+    from pytest_gpuenergy.meter.results import DomainEnergy
+
+    figures = {d: DomainEnergy(node_j, node_j * (1 - bound), node_j * (1 + bound), True) for d in domains}
+    return replace(doc, cases=tuple(replace(c, per_domain=figures) for c in doc.cases))
+
+
+def test_a_host_domains_change_is_decided_with_its_threshold_confidence_and_bounds():
+    old = _node(make_doc(seed=1, workloads=("a",), caps_w=(300.0,)), 600.0, 0.06)
+    new = _node(make_doc(seed=2, workloads=("a",), caps_w=(300.0,), minutes=5), 660.0, 0.06)
+    [case] = compare_documents(old, new, {"node.ets": 5.0}, confidence=0.95).cases
+    node = case.metric("node.ets")
+    assert node.verdict == INCONCLUSIVE and node.threshold_pct == 5.0 and node.confidence == 0.95   # +10 %, bounds ±6 %
+    assert "but within the two measurements' own error bounds" in node.reason and node.method == THRESHOLD_ONLY
+    [case] = compare_documents(_node(old, 600.0), _node(new, 660.0), {"node.ets": 5.0}).cases
+    assert case.metric("node.ets").verdict == REGRESSION
+    [case] = compare_documents(old, _node(new, 660.0, domains=("cpu",)), {"cpu.ets": 5.0, "node.ets": 5.0}).cases
+    assert case.notes[-2:] == ("cpu.ets not compared: the baseline did not measure cpu (run both with "
+                               "--energy-domains=gpu,cpu,dram)", "node.ets not compared: this run did not measure node "
+                               "(run both with --energy-domains=gpu,cpu,dram)")
+    [case] = compare_documents(_node(old, 600.0, domains=("node",)), _node(new, 660.0, domains=("cpu", "node")),
+                               {"cpu.ets": 5.0, "node.ets": 5.0}).cases
+    assert [m.key for m in case.metrics][-1] == "node.ets"        # after a domain not compared, the next one is
+
+
+def test_two_phases_only_in_one_run_are_named_in_the_plural():
+    old, new = _step_runs()
+
+    def renamed(doc, names):
+        cases = [replace(c, repetitions=tuple(replace(r, phases={names.get(k, k): v for k, v in r.phases.items()})
+                                              for r in c.repetitions)) for c in doc.cases]
+        return replace(doc, cases=tuple(cases))
+
+    [case] = compare_documents(renamed(old, {"forward": "fwd", "backward": "bwd"}), new, {}).cases
+    assert case.notes[-2] == "phases fwd, bwd only in the baseline: not compared"
+
+
+def test_a_case_note_says_what_differs_between_the_two_measurements():
+    old = make_doc(seed=1, workloads=("a",), caps_w=(300.0,), n=1)
+    new = make_doc(seed=2, workloads=("a",), caps_w=(300.0,), minutes=5, n=2)
+    [case] = compare_documents(old, new, GATE).cases
+    assert case.notes == ("threshold only: fewer than 2 repetitions on a side",)
+    [case] = compare_documents(make_doc(seed=1, workloads=("a",), caps_w=(300.0,), n=2), new, GATE).cases
+    assert case.notes == ()
+    for moved_w, noted in ((0.5, False), (1.0, True)):
+        shifted = replace(new, cases=tuple(replace(c, limit_enforced_w=c.limit_enforced_w + moved_w) for c in new.cases))
+        [case] = compare_documents(make_doc(seed=1, workloads=("a",), caps_w=(300.0,), n=2), shifted, GATE).cases
+        assert any(n.startswith("enforced limit differs: 300 W in the baseline") for n in case.notes) is noted
+
+
+def test_the_machine_notes_name_what_changed_between_the_runs():
+    old = make_doc(seed=1, workloads=("a",), caps_w=(300.0,), machine_info={**machine(), "cuda": "12.1", "torch": "2.3.0"})
+    new = make_doc(seed=2, workloads=("a",), caps_w=(300.0,), minutes=0,
+                   machine_info={**machine(), "cuda": "12.4", "torch": "2.4.1"},
+                   commit={"id": "f" * 40, "branch": "main", "dirty": True})
+    notes = compare_documents(old, new, GATE).notes
+    assert notes[:3] == ("CUDA changed: 12.1 in the baseline, 12.4 now", "torch changed: 2.3.0 in the baseline, 2.4.1 now",
+                         "this run measured uncommitted changes (dirty working tree)")
+    assert not any("is newer than" in note for note in notes)      # saved in the same minute: not out of order
+
+
+def test_the_time_is_decided_without_the_meters_energy_bounds():
+    """T is timed exactly: the ETS bounds (here, scaled by T, they would overlap) never make it inconclusive."""
+    old = make_doc(seed=1, workloads=("a",), caps_w=(300.0,))
+    new = make_doc(seed=1, workloads=("a",), caps_w=(300.0,), minutes=5)
+    slower = replace(new, cases=tuple(replace(c, repetitions=tuple(
+        replace(r, time_s=r.time_s * 1.3, ets_j=r.ets_j / 1.3, ets_low_j=r.ets_low_j / 1.3, ets_high_j=r.ets_high_j / 1.3,
+                mean_power_w=r.mean_power_w / 1.69, peak_power_w=r.peak_power_w / 1.69)
+        for r in c.repetitions)) for c in new.cases))
+    [case] = compare_documents(old, slower, GATE).cases
+    assert case.metric("time").verdict == REGRESSION and case.metric("ets").verdict == IMPROVEMENT
