@@ -262,3 +262,61 @@ def test_a_commit_reference_names_what_is_missing_ambiguous_or_mixed(tmp_path):
         resolve_commit(store, "commit:ddd")
     assert resolve_commit(store, "commit:abc1").commit["id"].startswith("abc1")
     assert resolve_commit(store, "commit:ddd", backend="sim", gpu_model=V100).gpu_model == V100
+
+
+# -- shards.py's survivors of its 2026-11-27 rerun: each names the mutant it kills ---------------------------
+
+def test_a_merge_of_three_contributing_runs_is_named_after_the_newest_plus_two_and_is_simulated_if_an_older_one_is():
+    from dataclasses import replace
+    c = ("autoenc-train",)
+    older_sim = replace(shard(A, 0, seed=1, backend="nvml"), simulated=True)
+    middle, newest = shard(B, 1, seed=2, backend="nvml"), shard(c, 2, seed=3, backend="nvml")
+    merged = merge_runs([newest, older_sim, middle])
+    assert merged.run_id == f"{newest.run_id}+2"                 # used[-1], not used[1]: the newest of three
+    assert merged.sources == (older_sim.run_id, middle.run_id, newest.run_id)
+    assert merged.simulated is True                               # any run simulated, not the newest's flag
+    assert merge_runs([shard(A, 0, seed=1, backend="nvml"), middle]).simulated is False
+
+
+def test_a_merge_of_runs_read_from_files_has_no_path_of_its_own(tmp_path):
+    store = RunStore(tmp_path)
+    for doc in (shard(A, 0, seed=1), shard(B, 1, seed=2)):
+        store.save(doc)
+    loaded = store.runs(None, None)
+    assert all(doc.path for doc in loaded)
+    assert merge_runs(loaded).path is None                        # no file holds the merged document
+
+
+def test_a_run_saved_between_the_new_runs_first_shard_and_its_merge_is_not_its_baseline():
+    from dataclasses import replace
+    before, first_shard, between = shard(A, 10, seed=1), shard(A, 20, seed=2, cid="b"), shard(A, 25, seed=3)
+    second_shard = shard(B, 30, seed=4, cid="b")
+    merged_new = replace(merge_runs([first_shard, second_shard]), run_id="merged")
+    baseline = case_baseline([before, first_shard, between, second_shard], merged_new)
+    assert baseline is not None and baseline.run_id == before.run_id   # cut at the first shard (t20), not at t30
+
+
+def test_a_baseline_from_three_earlier_runs_takes_each_case_from_the_latest_that_has_it_and_no_more():
+    c = ("autoenc-train", "deepq-infer")
+    a_run, b_run, c_run = shard((*A, "speech-train"), 0, seed=1), shard(B, 1, seed=2), shard(c, 2, seed=3)
+    a_again = shard(A, 3, seed=4)
+    new = shard((*A, *B, *c), 10, seed=5, cid="b")
+    baseline = case_baseline([a_run, b_run, c_run, a_again], new)
+    assert baseline is not None
+    assert baseline.sources == (b_run.run_id, c_run.run_id, a_again.run_id)   # a_run's cases came from a_again
+    # every case found once the three later runs are read: a_run is never used, so its speech case
+    # (one the new run does not have) is no missing case of this baseline
+    assert {e.case_id for e in baseline.cases} == {e.case_id for e in new.cases}
+
+
+def test_a_commit_is_narrowed_to_one_backend_and_a_run_without_a_commit_matches_no_prefix(tmp_path):
+    from pytest_gpuenergy.runs.shards import resolve_commit
+    store = RunStore(tmp_path)
+    sim_run, nvml_run = shard(A, 0, "e", seed=1), shard(A, 1, "e", seed=2, backend="nvml")
+    loose = make_doc(workloads=B, caps_w=(300.0,), minutes=2, commit={}, seed=3)
+    for doc in (sim_run, nvml_run, loose):
+        store.save(doc)
+    assert resolve_commit(store, "commit:eee", backend="sim").run_id == sim_run.run_id
+    assert resolve_commit(store, "commit:eee", backend="nvml").run_id == nvml_run.run_id
+    with pytest.raises(StorageError, match=r"^no saved run of commit 'XX' in "):
+        resolve_commit(store, "commit:XX")                       # a run with no commit has the id '', not a match
