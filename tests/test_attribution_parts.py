@@ -578,3 +578,35 @@ def test_the_regions_edges_move_each_phase_by_a_share_in_proportion_to_its_bound
     expected_j = [p.ets_j for p in exact.phases] + 2.0 * half_j ** 2 / (half_j ** 2).sum()
     np.testing.assert_allclose([p.ets_j for p in moved.phases], expected_j, rtol=1e-9)
     assert sum(p.ets_j for p in moved.phases) == pytest.approx(true_j + 2.0, rel=1e-12) and moved.notes == ()
+
+
+def test_a_phase_told_apart_has_no_reason_and_small_regions_have_shares():
+    timeline, times, energies = _two_phase_exact()
+    scale = 0.5 / float(energies[-1])                  # the same region at half a joule
+    result = _attribute(timeline, times, energies * scale, resolution_j=1e-6)
+    assert [p.why_not for p in result.phases] == ["", ""] and result.told_apart
+    assert sum(p.energy_share for p in result.phases) == pytest.approx(1.0)
+    assert result["a"].energy_share == pytest.approx(300.0 * result["a"].time_s * scale / 0.5, rel=1e-6)
+
+
+def test_three_phases_in_the_same_proportion_name_the_two_others():
+    times = np.arange(11) * 0.1
+    timeline = _windows_of([("a", 0.03), ("b", 0.05), ("c", 0.02)], 10)
+    energies = _energies(timeline, times, {"a": 300.0, "b": 100.0, "c": 200.0})
+    result = _attribute(timeline, times, energies, resolution_j=0.01)
+    assert result["a"].why_not == "the counter's windows always hold it in the same proportion to b, c: only their sum is known"
+    assert result["c"].why_not == "the counter's windows always hold it in the same proportion to a, b: only their sum is known"
+    # the group's mean power (180 W) beyond what the GPU is said to draw: the note names the group
+    beyond = _attribute(timeline, times, energies, resolution_j=0.01, max_power_w=150.0)
+    assert beyond.notes[0].startswith("the fit put a+b+c at 180 W, further from [0, 150] W than its bound allows")
+
+
+def test_over_half_the_range_is_of_the_range_between_the_least_and_the_most_a_phase_can_draw():
+    timeline, times, energies = _two_phase_exact()
+    a = _coverage(timeline, ["a", "b"], times)
+    per_joule_w = np.abs(np.linalg.pinv(a)).sum(axis=1)[0]
+    # [100, 1000] W: half is 450 W; a bound 500 W wide is loose (it would not be of 1100 W)
+    result = _attribute(timeline, times, energies, max_power_w=1000.0, min_power_w=50.0,
+                        resolution_j=250.0 / per_joule_w)
+    assert result["a"].power_high_w - result["a"].power_low_w == pytest.approx(500.0, rel=1e-6)
+    assert result["a"].why_not.startswith("its bound spans most of what the GPU can draw")
