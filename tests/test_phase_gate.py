@@ -169,7 +169,7 @@ def _failure_lines(result: pytest.RunResult, test: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_phase_budget_holds_that_phases_figures_and_a_miss_is_one_line(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_budgets=BUDGETS)
+    pytester.makepyfile(test_step_budgets=BUDGETS)     # not test_budgets: tests/test_budgets.py may be imported
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(passed=0, failed=6)
     [over] = _failure_lines(result, "test_update_over")
