@@ -610,3 +610,13 @@ def test_over_half_the_range_is_of_the_range_between_the_least_and_the_most_a_ph
                         resolution_j=250.0 / per_joule_w)
     assert result["a"].power_high_w - result["a"].power_low_w == pytest.approx(500.0, rel=1e-6)
     assert result["a"].why_not.startswith("its bound spans most of what the GPU can draw")
+
+
+def test_phases_are_checked_in_the_order_they_start_and_other_is_measured_against_the_regions_length():
+    with pytest.raises(MeasurementError) as caught:
+        PhaseTimeline([("a", 0.1, 0.3), ("b", 0.2, 0.25)], 0.0, 1.0)
+    assert str(caught.value).startswith("phases 'a' (0.100000-0.300000 s) and 'b' (0.200000-0.250000 s) overlap")
+    # a billionth of a 10 s region starting at 5 s is 1e-8 s; of a 0.1 s region, 1e-10 s
+    assert OTHER in PhaseTimeline([("a", 5.0, 15.0 - 1.5e-8)], 5.0, 15.0).names
+    assert OTHER not in PhaseTimeline([("a", 5.0, 15.0 - 5e-9)], 5.0, 15.0).names
+    assert OTHER in PhaseTimeline([("a", 0.0, 0.1 - 5e-10)], 0.0, 0.1).names
