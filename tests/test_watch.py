@@ -227,3 +227,114 @@ def test_a_watch_entered_twice_is_a_one_line_error(meter, net) -> None:
     with watch, pytest.raises(MeasurementError, match=r"^energy_meter.watch\(model, optimizer\) is already active: "
                                                        r"enter each watch once$"):
         watch.__enter__()
+
+
+# -- watch.py's survivors of its first mutation run (2026-11-27): each test names what it pins ------------------
+
+BIG = {"flops_tf32": 2e13, "kernels": 4}      # work the simulated GPU takes tens of ms over: its queue runs ahead
+
+
+def test_a_watch_holds_no_hook_before_its_block(meter, net) -> None:
+    assert meter.watch(*net).hooks == 0
+
+
+def test_the_models_own_pre_hooks_run_inside_forward_as_the_watch_opens_it_first(meter, net) -> None:
+    model, optimizer = net
+    seen: list[float] = []
+
+    def teams_hook(module: nn.Module, inputs: object) -> None:
+        seen.append(meter.backend.queue_time())
+        declare_work(**BIG)                               # the team's own pre-hook launches work of the forward
+
+    handle = model.register_forward_pre_hook(teams_hook)
+    try:
+        with meter.watch(model, optimizer), meter:
+            train_step(model, optimizer)
+    finally:
+        handle.remove()
+    forward = meter.last_marks[0]
+    assert forward[0] == "forward" and forward[1] <= seen[0] < forward[2]    # prepend=True: opened before it
+
+
+def test_a_forward_that_raised_and_was_caught_ends_its_phase_and_the_next_step_is_marked(meter, net) -> None:
+    model, optimizer = net
+    with meter.watch(model, optimizer), meter:
+        with pytest.raises(RuntimeError, match="shapes"):
+            model(torch.ones(2, 3))                      # always_call=True: the forward hook runs all the same
+        train_step(model, optimizer)
+    assert names(meter) == ["forward", "forward", "backward", "update"]
+
+
+def test_a_model_calling_itself_ends_its_forward_after_the_outer_calls_last_work(meter, net) -> None:
+    class Twice(Net):
+        def forward(self, x: torch.Tensor, again: bool = False) -> torch.Tensor:
+            out = super().forward(x, again=again)
+            declare_work(**BIG)                           # each call's work after its inner call
+            return out
+
+    torch.manual_seed(0)
+    model = Twice()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with meter.watch(model, optimizer), meter:
+        optimizer.zero_grad()
+        model(torch.ones(2, 8), again=True).sum().backward()
+        after_backward = meter.backend.queue_time()
+        optimizer.step()
+    (forward, start, end), (backward, back_start, back_end) = meter.last_marks[:2]
+    assert [forward, backward] == ["forward", "backward"]
+    assert end == pytest.approx(back_start, abs=1e-9)     # the forward holds every call's work, to the outer's last
+    assert end - start > 0.02 and back_end == pytest.approx(after_backward, abs=1e-9)
+
+
+def test_a_backward_that_raised_is_ended_by_the_next_forward_and_the_next_step_is_marked(meter, net) -> None:
+    model, optimizer = net
+
+    def broken(grad: torch.Tensor) -> torch.Tensor:
+        raise ValueError("a hook broke the backward pass")
+
+    with meter.watch(model, optimizer), meter:
+        out = model(torch.ones(2, 8))
+        out.register_hook(broken)
+        with pytest.raises(ValueError, match="broke"):
+            out.sum().backward()
+        train_step(model, optimizer)
+    assert names(meter) == ["forward", "backward", "forward", "backward", "update"]
+
+
+def test_an_optimizer_stepped_inside_backward_leaves_the_backward_phase_whole(meter) -> None:
+    """The optimizer-in-backward pattern: each parameter's step runs as its gradient is accumulated."""
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.first.parameters(), lr=0.01)
+    model.second.weight.register_post_accumulate_grad_hook(lambda p: optimizer.step())
+
+    def late_work(grad: torch.Tensor) -> torch.Tensor:
+        declare_work(**BIG)                               # backward work after the step ran
+        return grad
+
+    with meter.watch(model, optimizer), meter:
+        x = torch.ones(2, 8, requires_grad=True)
+        x.register_hook(late_work)                        # reached last, after second's weight
+        model(x).sum().backward()
+        done = meter.backend.queue_time()
+    assert names(meter) == ["forward", "backward"]
+    assert meter.last_marks[1][2] == pytest.approx(done, abs=1e-9)   # the step in backward closed nothing
+
+
+def test_outputs_that_are_not_tensors_are_passed_over_and_outside_a_region_no_output_gets_a_hook(meter, net) -> None:
+    class Pair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+            return self.inner(x), 3
+
+    model = Pair()
+    with meter.watch(model):
+        out, three = model(torch.ones(2, 8))             # no region: the output is left alone
+        assert three == 3 and not out._backward_hooks
+        with meter:
+            out, _ = model(torch.ones(2, 8))
+            out.sum().backward()
+    assert names(meter) == ["forward", "backward"]
