@@ -62,7 +62,8 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/meter/region.py": _METER,
     "pytest_gpuenergy/meter/energy_meter.py": [*_METER, "tests/test_phases.py", "tests/test_watch.py",
                                                "tests/test_op_classes.py"],
-    "pytest_gpuenergy/meter/results.py": _METER,
+    "pytest_gpuenergy/meter/results.py": [*_METER, "tests/test_phases.py", "tests/test_op_classes.py",   # phases, classes
+                                          "tests/test_domains.py"],                                      # and per_domain
     "pytest_gpuenergy/meter/distributed.py": ["tests/test_meter.py"],
     "pytest_gpuenergy/meter/attribution.py": ["tests/test_attribution_parts.py",  # the fit's parts, exact
                                               "tests/test_phase_design.py"],     # its PhaseTimeline lays out designs
