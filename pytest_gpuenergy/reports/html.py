@@ -147,19 +147,24 @@ def comparison_section(report: Digest, plot_ids: dict[tuple[str, str, int], str]
     return "".join(parts) + "</section>"
 
 
+def _row_cells(cells: dict[str, str], columns: Sequence[str], case_id: str) -> list[str]:
+    """A changes table's cells: the test's name carries its whole case id, figures align as numbers."""
+    out = []
+    for column in columns:
+        text = escape(cells[column])
+        if column == "test":
+            text = f'<code title="{escape(case_id)}">{text}</code>'
+        css = "verdict" if column == "verdict" else "num" if column in ("old", "new", "change", "interval") else ""
+        out.append(f'<td class="{css}" data-label="{column}">{text}</td>')
+    return out
+
+
 def _changes_table(report: Digest, rows: Sequence, plot_ids: dict[tuple[str, str, int], str]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in CHANGE_COLUMNS) + "<th>plot</th>"
     body = []
     for row in rows:
-        cells = row.cells()
         case = row.case
-        out = []
-        for column in CHANGE_COLUMNS:
-            text = escape(cells[column])
-            if column == "test":
-                text = f'<code title="{escape(case.case_id)}">{text}</code>'
-            css = "verdict" if column == "verdict" else "num" if column in ("old", "new", "change", "interval") else ""
-            out.append(f'<td class="{css}" data-label="{column}">{text}</td>')
+        out = _row_cells(row.cells(), CHANGE_COLUMNS, case.case_id)
         target = plot_ids.get((report.comparison.new_run_id, workload_key(case.case_id, case.cap), case.gpu_index))
         link = f'<a href="#{target}">plot</a>' if target else ""
         out.append(f"<td>{link}</td>")
@@ -176,14 +181,7 @@ def _phases_table(report: Digest) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in PHASE_COLUMNS)
     body = []
     for row in rows:
-        cells = row.cells()
-        out = []
-        for column in PHASE_COLUMNS:
-            text = escape(cells[column])
-            if column == "test":
-                text = f'<code title="{escape(row.case.case_id)}">{text}</code>'
-            css = "verdict" if column == "verdict" else "num" if column in ("old", "new", "change", "interval") else ""
-            out.append(f'<td class="{css}" data-label="{column}">{text}</td>')
+        out = _row_cells(row.cells(), PHASE_COLUMNS, row.case.case_id)
         body.append(f'<tr class="{escape(row.change.verdict)}">{"".join(out)}</tr>')
     return (f"<h3>{escape(PHASE_HEADING[0].upper() + PHASE_HEADING[1:])}</h3>"
             f'<div class="scroll"><table class="changes"><thead><tr>{head}</tr></thead>'
