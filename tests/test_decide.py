@@ -104,6 +104,8 @@ def test_the_reason_names_the_session_noise_only_when_it_is_known() -> None:
     assert "confidence, n=3/3): cannot tell" in without.reason
     with_noise = decide("ets", old, new, 5.0, session=SessionNoise(variance=0.03 ** 2, runs=4))
     assert "n=3/3, session noise 3.0 % from 4 runs): " in with_noise.reason
+    wide = decide("ets", old, new, 5.0, session=SessionNoise(variance=0.1 ** 2, runs=6))
+    assert "n=3/3, session noise 10.0 % from 6 runs): " in wide.reason          # the CV in per cent, to 0.1
 
 
 def test_only_an_inconclusive_verdict_carries_a_hint() -> None:
@@ -252,3 +254,47 @@ def test_the_f_tail_matches_its_closed_forms(x: float, df2: float) -> None:
     assert f_sf(0.0, 3.0, df2) == 1.0
     with pytest.raises(ValueError, match="degrees of freedom must be > 0"):
         f_sf(x, 0.0, df2)
+
+
+# -- _within_terms at its edges (decide.py's survivors of its 2026-11-27 rerun) ------------------------------
+
+def _welch(cv2_old: float, old_n: int, cv2_new: float, new_n: int) -> list[tuple[float, int]]:
+    return [(cv2_old / old_n, old_n - 1), (cv2_new / new_n, new_n - 1)]
+
+
+@pytest.mark.parametrize(("within_cv2", "within_df"), [(0.01 ** 2, 0), (0.0, 8)], ids=["no-df", "no-spread"])
+def test_saved_sessions_without_a_pooled_spread_leave_each_run_its_own_welch_term(within_cv2, within_df) -> None:
+    from pytest_gpuenergy.gate.decide import _within_terms
+    session = SessionNoise(variance=1e-4, runs=5, within_cv2=within_cv2, within_df=within_df)
+    assert _within_terms(0.02 ** 2, 5, 0.03 ** 2, 4, session) == _welch(0.02 ** 2, 5, 0.03 ** 2, 4)
+
+
+def test_one_degree_of_freedom_of_pooled_spread_is_pooled_with_the_new_run() -> None:
+    from pytest_gpuenergy.gate.decide import _within_terms
+    session = SessionNoise(variance=1e-4, runs=2, within_cv2=0.01 ** 2, within_df=1)
+    pooled = (1 * 0.01 ** 2 + 4 * 0.01 ** 2) / 5
+    assert _within_terms(0.02 ** 2, 5, 0.01 ** 2, 5, session) == [(pytest.approx(pooled * (1 / 5 + 1 / 5), rel=1e-12), 5)]
+
+
+def _ratio_at(p: float, dfn: int, dfd: int) -> float:
+    """The variance ratio whose F upper tail is p (bisection on f_sf, which falls as the ratio grows)."""
+    low, high = 1.0, 1e6
+    for _ in range(200):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if f_sf(mid, dfn, dfd) > p else (low, mid)
+    return math.sqrt(low * high)
+
+
+@pytest.mark.parametrize("side", [0.8, 1.25], ids=["just-noisier", "just-not-noisier"])
+def test_the_f_test_takes_the_new_runs_own_degrees_of_freedom_at_its_edge(side) -> None:
+    """new_n - 1 numerator degrees of freedom: a ratio just past (or just short of) the 1 % tail with them
+    falls on the other side with one more or one fewer."""
+    from pytest_gpuenergy.gate.decide import NOISIER_P, _within_terms
+    new_n, within_df, within_cv2 = 5, 40, 0.01 ** 2
+    cv2_new = within_cv2 * _ratio_at(NOISIER_P * side, new_n - 1, within_df)
+    session = SessionNoise(variance=1e-4, runs=10, within_cv2=within_cv2, within_df=within_df)
+    terms = _within_terms(within_cv2, 5, cv2_new, new_n, session)
+    if side < 1:     # noisier beyond chance: the new side keeps its own spread
+        assert terms == [(within_cv2 / 5, within_df), (cv2_new / new_n, new_n - 1)]
+    else:            # not: it joins the pool
+        assert len(terms) == 1 and terms[0][1] == within_df + new_n - 1
