@@ -14,10 +14,15 @@ and, without ``--quick``, a simulated MI300X (AMD SMI).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
 import _common as common
+
+sys.path.insert(0, str(common.REPO_ROOT / "tests"))
+
+from helpers import marks_truth_j  # noqa: E402
 
 NAME = "op_classes"
 DRAWS = 3
@@ -64,17 +69,9 @@ def run_region(backend: Any, gpu: Any, label: str, min_time_s: float) -> dict[st
     started = time.perf_counter()
     result = meter.measure(block_step(), min_time_s=min_time_s, by_op=True)
     library = getattr(gpu, "amdsmi", None) or gpu.nvml
-
-    def exact_j(t0: float, t1: float) -> float:
-        return (library.simExactEnergyMj(gpu.handle, t1) - library.simExactEnergyMj(gpu.handle, t0)) / 1000
-
     assert meter.last_region is not None
     (t0, t1), calls = meter.last_region, result.repetitions[-1].calls
-    truth: dict[str, float] = {}
-    for name, start, end in meter.last_op_marks:
-        if end > t0 and start < t1:
-            truth[name] = truth.get(name, 0.0) + exact_j(max(start, t0), min(end, t1)) / calls
-    truth["idle"] = exact_j(t0, t1) / calls - sum(truth.values())
+    truth = marks_truth_j(library, gpu.handle, meter, calls, "idle")
     classes = {}
     for name, figure in (result.op_classes or {}).items():
         true_j = truth[name]

@@ -319,3 +319,19 @@ def with_phases(doc: RunDocument, *, scale: dict[str, float] | None = None, seed
             reps.append(replace(rep, phases=phases))
         cases.append(replace(case, repetitions=tuple(reps)))
     return replace(doc, cases=tuple(cases))
+
+
+def marks_truth_j(library, handle, meter, calls: int, rest: str) -> dict[str, float]:
+    """Each mark's name's exact energy per call inside the last region (the simulator's integral between
+    the marks, ``simExactEnergyMj`` of NVML's or AMD SMI's stand-in), and ``rest`` for the unmarked time."""
+    def exact_j(t0: float, t1: float) -> float:
+        return (library.simExactEnergyMj(handle, t1) - library.simExactEnergyMj(handle, t0)) / 1000
+
+    assert meter.last_region is not None
+    t0, t1 = meter.last_region
+    truth: dict[str, float] = {}
+    for name, start, end in meter.last_op_marks:
+        if end > t0 and start < t1:
+            truth[name] = truth.get(name, 0.0) + exact_j(max(start, t0), min(end, t1)) / calls
+    truth[rest] = exact_j(t0, t1) / calls - sum(truth.values())
+    return truth

@@ -37,6 +37,8 @@ from pytest_gpuenergy.sim import op_work
 from pytest_gpuenergy.sim.op_work import SimOpTracer
 from pytest_gpuenergy.sim.work import declare_work
 
+from helpers import marks_truth_j
+
 OPS = [
     ("mm", MATMUL), ("aten::addmm", MATMUL), ("aten.bmm.default", MATMUL), ("convolution", MATMUL),
     ("convolution_backward", MATMUL), ("_scaled_mm", MATMUL),
@@ -400,17 +402,7 @@ def test_classes_always_in_the_same_proportion_are_said_to_be_inseparable_with_b
 
 def _truth(meter: EnergyMeter, gpu, result) -> dict[str, float]:
     """Each class's exact energy per call between its marks in the last region (the simulator's integral)."""
-    def exact_j(t0: float, t1: float) -> float:
-        return (gpu.nvml.simExactEnergyMj(gpu.handle, t1) - gpu.nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
-
-    assert meter.last_region is not None
-    (t0, t1), calls = meter.last_region, result.repetitions[-1].calls
-    truth: dict[str, float] = {}
-    for name, start, end in meter.last_op_marks:
-        if end > t0 and start < t1:
-            truth[name] = truth.get(name, 0.0) + exact_j(max(start, t0), min(end, t1)) / calls
-    truth[IDLE] = exact_j(t0, t1) / calls - sum(truth.values())
-    return truth
+    return marks_truth_j(gpu.nvml, gpu.handle, meter, result.repetitions[-1].calls, IDLE)
 
 
 def test_by_op_takes_true_or_false_and_a_step_without_torch_operations_has_no_classes(backend) -> None:
