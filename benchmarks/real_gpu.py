@@ -19,7 +19,13 @@ runs work at whatever limit the GPU has (which the result records). Four parts:
 5. **Read costs**: the latency of one energy-counter and one power read, and what an empty
    ``with meter:`` region adds.
 6. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
-   interleaved; the median wall-time ratio minus one.
+   interleaved; the median wall-time ratio minus one; and GIL-bound Python work for 1 s.
+7. **The recorder's lattice on the real counter**: after the meter's recorder has learned the
+   counter's publication lattice, an independent poller (every 0.5 ms) brackets each publication;
+   how far each bracket lies from the lattice's tick, and whether the lattice's own error bound
+   holds it.
+8. **Drift** (``--drift TAG``, alone): one workload measured with the GPU's temperature and clocks,
+   run at the start and the end of a session to show how ETS moves as the GPU warms.
 
 The result goes to ``benchmarks/results/real_gpu[-quick].json`` with the GPU name, driver, CUDA and
 the date. With ``--backend sim`` every figure is from the GPU simulator and labelled so.
@@ -59,12 +65,13 @@ class Lengths:
     empty_regions: int                   # ...and empty regions
     overhead_lengths_s: tuple[float, ...]
     overhead_pairs: int
+    lattice_s: float                     # the independent poller's length
 
 
 FULL = Lengths(12.0, 0.5, 5, 2.0, WORKLOADS, "train", (0.05, 0.1, 0.2, 0.5, 1.0), 8, 1.5, ("busy", "idle"), 2000, 12,
-               (1.0, 10.0), 5)
+               (1.0, 10.0), 5, 4.0)
 QUICK = replace(FULL, steady_s=3.0, repeat=3, min_time_s=0.5, per_length=3, overhead_lengths_s=(1.0,), overhead_pairs=3)
-SMOKE = Lengths(0.4, 0.15, 2, 0.1, WORKLOADS[-1:], "infer", (0.05, 0.2), 1, 0.2, ("busy",), 200, 2, (0.1,), 1)
+SMOKE = Lengths(0.4, 0.15, 2, 0.1, WORKLOADS[-1:], "infer", (0.05, 0.2), 1, 0.2, ("busy",), 200, 2, (0.1,), 1, 0.5)
 
 
 def steady_work(device: str) -> Callable[[float], None]:
@@ -158,14 +165,15 @@ def repeatability(backend: Any, gpu: Any, size: str, device: str, repeat: int, m
     return rows
 
 
-def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...], pairs: int) -> list[dict]:
+def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...], pairs: int,
+             work_name: str = "torch") -> list[dict]:
     from pytest_gpuenergy.meter import EnergyMeter
 
     meter = EnergyMeter(backend, [gpu])
     rows = []
     for length in lengths:
         plain, measured = [], []
-        for i in range(pairs):
+        for i in range(pairs if length < 5 else min(pairs, 3)):   # 10 s regions: three pairs (a minute)
             for with_meter in ((True, False) if i % 2 else (False, True)):
                 started = time.perf_counter()
                 if with_meter:
@@ -175,7 +183,7 @@ def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tup
                 else:
                     work(length)
                     plain.append(time.perf_counter() - started)
-        rows.append({"region_s": length, "pairs": pairs, "plain_median_s": statistics.median(plain),
+        rows.append({"work": work_name, "region_s": length, "pairs": len(plain), "plain_median_s": statistics.median(plain),
                      "measured_median_s": statistics.median(measured),
                      "overhead": statistics.median(measured) / statistics.median(plain) - 1})
     return rows
@@ -216,7 +224,8 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
             for length in lengths:
                 with meter:
                     time.sleep(length)
-                windows.append((length, meter.result.ets_j, meter.result.time_s, bool(meter.result.notes)))
+                r = meter.result
+                windows.append((length, r.ets_j, r.time_s, bool(r.notes), r.ets_low_j, r.ets_high_j))
                 time.sleep(0.037)             # windows start at every phase of the counter's period
         time.sleep(0.3)
         stop.set()
@@ -226,14 +235,89 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
         (t0, e0), (t1, e1) = changes[0], changes[-1]
         power_w = (e1 - e0) / 1000.0 / (t1 - t0)
         for length in lengths:
-            mine = [(ets / t / power_w - 1, coarse) for window_s, ets, t, coarse in windows if window_s == length]
+            mine = [(ets / t / power_w - 1, coarse) for window_s, ets, t, coarse, _, _ in windows if window_s == length]
             errors = [error for error, coarse in mine if not coarse]
+            # The bound must hold the long-run power's energy (the truth while power is steady), coarse or not.
+            held = [low <= power_w * t <= high for window_s, _, t, _, low, high in windows
+                    if window_s == length and low is not None and high is not None]
             rows.append({"phase": phase, "window_s": length, "windows": len(mine), "long_run_power_w": power_w,
+                         "bound_held": sum(held), "bound_missed": len(held) - sum(held),
                          "flagged_coarse": len(mine) - len(errors),
                          "worst_flagged_error": max((e for e, c in mine if c), key=abs, default=None),
                          "median_error": statistics.median(errors) if errors else None,
                          "worst_error": max(errors, key=abs) if errors else None})
     return rows
+
+
+def lattice_on_the_counter(backend: Any, gpu: Any, seconds: float) -> dict[str, Any]:
+    """The recorder's learned lattice against publications that an independent poller brackets.
+
+    A poller reading every 0.5 ms sees each publication between two reads (a bracket of about 0.5 ms
+    plus one read's cost); the lattice's tick for that publication should lie inside it, give or
+    take the lattice's own error bound (``Lattice.error_at``).
+    """
+    from pytest_gpuenergy.meter import EnergyMeter
+    from pytest_gpuenergy.meter.recorder import recorders_of
+
+    meter = EnergyMeter(backend, [gpu])
+    with meter:                       # starts the recorder; it learns the lattice from here on
+        time.sleep(0.5)
+    clock = backend.clock
+    started = clock()
+    brackets, previous = [], None
+    while clock() < started + seconds:
+        before = clock()
+        value = gpu.energy_mj()
+        after = clock()
+        if previous is not None and value != previous[1]:
+            brackets.append((previous[0], after))     # the old value was there when that read began
+        previous = (before, value)
+        time.sleep(0.0005)
+    recorder = recorders_of(backend).of(gpu)
+    reads, lattice = recorder.snapshot(started, clock())
+    if lattice is None or not brackets:
+        return {"error": "no lattice learned" if lattice is None else "the counter did not move"}
+    offsets_ms, inside = [], 0
+    for after, before in brackets:
+        middle = (after + before) / 2
+        tick = lattice.tick_at(round((middle - lattice.phase_s) / lattice.period_s))
+        error = lattice.error_at(tick)
+        offsets_ms.append(1e3 * (tick - middle))
+        inside += after - error <= tick <= before + error
+    widths_ms = [1e3 * (before - after) for after, before in brackets]
+    return {"period_s": lattice.period_s, "period_range_s": list(lattice.period_range_s), "brackets_in_lattice": lattice.brackets,
+            "publications_seen": len(brackets), "poller_bracket_ms_median": statistics.median(widths_ms),
+            "tick_minus_bracket_middle_ms_median": statistics.median(offsets_ms),
+            "tick_minus_bracket_middle_ms_worst": max(offsets_ms, key=abs),
+            "inside_bracket_within_error": inside, "lattice_error_ms_now": 1e3 * lattice.error_at(clock()),
+            "recorder_reads_per_s": len(reads) / seconds}
+
+
+def gpu_state(gpu: Any) -> dict[str, Any]:
+    """Temperature and clocks (read-only NVML getters; None where the library has no such reading)."""
+    import pynvml
+
+    def read(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:   # noqa: BLE001  (the simulator lacks some getters; a reading is optional)
+            return None
+
+    nvml, handle = gpu.nvml, gpu.handle
+    return {"temperature_c": read(lambda: nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+            "sm_clock_mhz": read(lambda: nvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "memory_clock_mhz": read(lambda: nvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            "power_w": read(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def drift(backend: Any, gpu: Any, size: str, device: str, lengths: Lengths) -> dict[str, Any]:
+    """One workload's ETS with the GPU's temperature and clocks before and after: run at a session's
+    start and end, the two show how the same measurement moves as the GPU warms."""
+    before = gpu_state(gpu)
+    row = repeatability(backend, gpu, size, device, lengths.repeat, lengths.min_time_s, lengths.workloads[:1],
+                        mode=lengths.mode)[0]
+    return {**row, "before": before, "after": gpu_state(gpu)}
 
 
 def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> dict[str, Any]:
@@ -275,6 +359,9 @@ def main() -> None:
                    help="the shortest run that exercises every part (the short windows in steady work only, repeatability on one "
                         "inference step; the project's "
                         "tests use it with --backend sim); its figures are too few to quote")
+    p.add_argument("--drift", metavar="TAG",
+                   help="only the drift part (one workload with the GPU's temperature and clocks), written as real_gpu_drift_TAG: "
+                        "run it at a session's start and end")
     args = p.parse_args()
     if args.smoke:
         args.quick = True
@@ -293,6 +380,18 @@ def main() -> None:
     label = "SIMULATED GPU (dry run)" if backend.simulated else "real GPU, read-only"
     print(f"{NAME}{' (quick)' if args.quick else ''}: {gpu.name}, {label}, driver {backend.driver_version}, "
           f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
+    if args.drift:
+        try:
+            row = drift(backend, gpu, args.size, args.device, lengths)
+        finally:
+            backend.close()
+        common.print_table(["figure", "value"], [[k, v] for k, v in row.items()], title=f"Drift ({args.drift})")
+        print("wrote", common.write_result(f"{NAME}_drift_{args.drift}", {"gpu": {"name": gpu.name, "driver": backend.driver_version,
+                                                                                  "simulated": backend.simulated}, "drift": row},
+                                           quick=args.quick, started=started, out_dir=args.out,
+                                           simulated_gpus=[gpu.name] if backend.simulated else None,
+                                           real_gpu=None if backend.simulated else f"{gpu.name}, driver {backend.driver_version}"))
+        return
     try:
         work = steady_work(args.device)
         comparison = counter_vs_sampling(gpu, work, lengths.steady_s, margin_s=lengths.margin_s)
@@ -306,9 +405,11 @@ def main() -> None:
                            title=f"Repeatability: energy_meter.measure on {args.size}-size workloads")
         windows = window_accuracy(backend, gpu, work, lengths.window_lengths_s, lengths.per_length,
                                   settle_s=lengths.settle_s, phases=lengths.phases)
-        common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "flagged coarse", "worst flagged"],
+        common.print_table(["phase", "window s", "n", "power W", "median error", "worst error", "coarse", "worst coarse",
+                            "bound held"],
                            [[r["phase"], r["window_s"], r["windows"], r["long_run_power_w"], common.pct(r["median_error"], 2),
-                             common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1)]
+                             common.pct(r["worst_error"], 2), r["flagged_coarse"], common.pct(r["worst_flagged_error"], 1),
+                             f"{r['bound_held']}/{r['bound_held'] + r['bound_missed']}"]
                             for r in windows],
                            title="Short windows against the long-run power (steady work, and idle)")
         costs = read_costs(backend, gpu, lengths.reads, lengths.empty_regions)
@@ -319,9 +420,14 @@ def main() -> None:
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
         over = overhead(backend, gpu, work, lengths.overhead_lengths_s, lengths.overhead_pairs)
-        common.print_table(["region s", "pairs", "plain s", "measured s", "overhead"],
-                           [[r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"], common.pct(r["overhead"], 2)]
-                            for r in over], title="Meter overhead on steady GPU work")
+        over += overhead(backend, gpu, common.spin_python, lengths.overhead_lengths_s[:1], lengths.overhead_pairs, "python")
+        common.print_table(["work", "region s", "pairs", "plain s", "measured s", "overhead"],
+                           [[r["work"], r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"],
+                             common.pct(r["overhead"], 2)] for r in over],
+                           title="Meter overhead on steady GPU work and on GIL-bound Python work")
+        lattice = lattice_on_the_counter(backend, gpu, lengths.lattice_s)
+        common.print_table(["figure", "value"], [[k, v] for k, v in lattice.items()],
+                           title="The recorder's lattice against publications bracketed by a 0.5 ms poller")
     finally:
         limits_after = gpu.limits()
         backend.close()
@@ -341,6 +447,8 @@ def main() -> None:
             "windows": windows,
             "read_costs": costs,
             "overhead": over,
+            "lattice": lattice,
+            "gpu_state_after": gpu_state(gpu) if not backend.simulated else None,
             "limit_unchanged": limits_after.enforced_mw == limits_before.enforced_mw,
         },
         quick=args.quick, started=started, simulated_gpus=[gpu.name] if backend.simulated else None, out_dir=args.out,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything run on a lent real GPU, read-only, as one script:  bash benchmarks/real_gpu_session.sh OUTDIR STEP...
-# Steps: env  main  tiny  bench  gate  history  budgets.  No step passes --gpu-caps; every NVML setter is replaced by one that
+# Steps: env  main  tiny  bench  phases  drift-start  drift-end  gate  history  budgets.  No step passes --gpu-caps; every NVML setter is replaced by one that
 # refuses and logs (benchmarks/read_only_nvml.py), and the GPU's settings are read before and after.
 set -u
 OUTDIR=$1; shift; mkdir -p "$OUTDIR"
@@ -20,7 +20,9 @@ for step in "$@"; do
     main)  timeout 300 python3 -m pytest reference_workloads --gpu-backend=nvml --workload-size=full -q -rA --durations=20 \
              --energy-save --energy-storage="$OUTDIR/runs" --energy-json="$OUTDIR/main-full.json" --energy-html="$OUTDIR/main-full.html" ;;
     tiny)  timeout 120 python3 -m pytest reference_workloads --gpu-backend=nvml -q --durations=5 --energy-json="$OUTDIR/main-tiny.json" ;;
-    bench) timeout 300 python3 benchmarks/real_gpu.py --out "$OUTDIR" ;;
+    bench) timeout 330 python3 benchmarks/real_gpu.py --out "$OUTDIR" ;;
+    phases) timeout 150 python3 benchmarks/real_gpu_phases.py --out "$OUTDIR" ;;
+    drift-*) timeout 60 python3 benchmarks/real_gpu.py --drift "${step#drift-}" --out "$OUTDIR" ;;
     gate)  G="--gpu-backend=nvml --workload-size=full -q --energy-repeat=3 --energy-storage=$OUTDIR/gate-runs"
            timeout 150 python3 -m pytest reference_workloads $G --energy-save
            timeout 150 python3 -m pytest reference_workloads $G --energy-fail=ets:5%,edp:10% --energy-save --energy-markdown="$OUTDIR/gate-1.md"; echo "gate, same process count: exit $?"
