@@ -89,7 +89,13 @@ def main() -> None:
     p.add_argument("--gpu", default="0", help="which GPU (NVML index or UUID)")
     p.add_argument("--device", default="cuda", help="torch device for the work (default cuda)")
     p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
+    p.add_argument("--min-time", type=float, help="each region's length in seconds (default 5, --quick 1)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated (default {','.join(WORKLOADS)})")
+    p.add_argument("--tag", help="written as real_gpu_phases_TAG (a second run beside the default one)")
     args = p.parse_args()
+    names = [n for n in args.workloads.split(",") if n]
+    if not names or set(names) - set(WORKLOADS):
+        p.error(f"--workloads: choose from {', '.join(WORKLOADS)}, got {args.workloads!r}")
     if args.backend == "nvml":
         import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
@@ -103,17 +109,17 @@ def main() -> None:
     warnings.simplefilter("ignore")
     print(f"{NAME}: {gpu.name}, {'SIMULATED GPU (dry run)' if backend.simulated else 'real GPU, read-only'}, "
           f"driver {backend.driver_version}, limit {limit_before / 1000:g} W (not changed)\n", flush=True)
-    min_time_s = 1.0 if args.quick else 5.0
+    min_time_s = args.min_time if args.min_time is not None else 1.0 if args.quick else 5.0
     rows = []
     try:
-        for name in WORKLOADS[-1:] if args.quick else WORKLOADS:
+        for name in names[-1:] if args.quick else names:
             rows.append(one_workload(backend, gpu, name, args.size, args.device, min_time_s))
             print_row(rows[-1])
     finally:
         limit_after = gpu.limits().enforced_mw
         backend.close()
     path = common.write_result(
-        NAME, {"description": "phases under watch, operator classes, and phases alone, read-only",
+        f"{NAME}_{args.tag}" if args.tag else NAME, {"description": "phases under watch, operator classes, and phases alone, read-only",
                "gpu": {"name": gpu.name, "driver": backend.driver_version, "cuda": torch.version.cuda,
                        "limit_w": limit_before / 1000, "simulated": backend.simulated},
                "min_time_s": min_time_s, "workloads": rows, "limit_unchanged": limit_after == limit_before},
