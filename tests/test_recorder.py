@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -127,3 +128,81 @@ def test_the_driver_tells_the_recorder_how_late_it_woke_not_when(wall_backend):
         driver.stop()
     assert told and all(-0.01 <= late_s < 1.0 for late_s in told), told
     assert recorder._latency_s < 1.0
+
+
+def test_a_driver_stopped_does_not_run_its_plan_again_even_for_a_wake_up_already_due(wall_backend, monkeypatch):
+    # A wake-up in the past is not waited for (no sleep, so no stop seen there): the stop must still
+    # end the plan before it is resumed, or a plan that falls behind would read on after stop().
+    recorder = recorder_on(wall_backend)
+    driver = ThreadDriver(recorder)
+    resumed: list[bool] = []
+
+    def stop_then_behind():
+        driver.stop()
+        yield recorder.clock() - 1.0                               # already due: no wait
+        resumed.append(True)
+
+    monkeypatch.setattr(recorder, "schedule", stop_then_behind)
+    driver.start()
+    driver.join(2.0)
+    assert not driver.is_alive() and resumed == [] and recorder.error is None
+
+
+class SilentChanged:
+    """A recorder's ``changed`` that nobody notifies: each wait lasts its whole timeout, on a fake clock."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+        self.timeouts: list[float | None] = []
+
+    def __enter__(self) -> SilentChanged:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        assert timeout is not None, "waits for a notification that may never come"
+        assert len(self.timeouts) <= 20, f"spins: {self.timeouts[:5]}..."
+        self.now[0] += max(timeout, 0.0)
+        return False
+
+
+@pytest.mark.parametrize("moment, read_at", [(100.5, 100.504),    # the moment ahead: sleep until just past it
+                                             (99.0, 100.03)],     # already past, no read yet: look again every 10 ms
+                         ids=["moment-ahead", "moment-past"])
+def test_a_waiter_looks_again_on_its_own_soon_after_the_moment_even_if_never_notified(monkeypatch, moment, read_at):
+    # A read it was not told of (or a thread that died just after its last notification) must not
+    # leave wait_until asleep: it wakes within 10 ms of the moment, then every 10 ms. Fake clock, no real waiting.
+    now = [100.0]
+    changed = SilentChanged(now)
+    recorder = SimpleNamespace(gpu=SimpleNamespace(index=0), clock=lambda: now[0], changed=changed, error=None,
+                               has_read_since=lambda since: now[0] >= read_at >= since)
+    driver = ThreadDriver(recorder)
+    monkeypatch.setattr(driver, "is_alive", lambda: True)
+    driver.wait_until(moment)
+    assert read_at <= now[0] <= read_at + 0.011, (now[0], changed.timeouts)
+    assert all(timeout is not None and timeout > 0.0 for timeout in changed.timeouts), changed.timeouts
+
+
+def test_cpu_time_is_zero_where_the_host_cannot_tell_a_threads_cpu_time(wall_backend, monkeypatch):
+    recorder = recorder_on(wall_backend)
+
+    def nothing():
+        return
+        yield
+
+    monkeypatch.setattr(recorder, "schedule", nothing)
+    driver = ThreadDriver(recorder)
+    driver.start()
+    driver.join(2.0)
+    assert driver.ident is not None
+
+    def refused(ident: int) -> int:
+        raise OSError("no CPU clock for that thread")
+
+    monkeypatch.setattr(time, "pthread_getcpuclockid", refused)
+    assert driver.cpu_s() == 0.0
+    monkeypatch.delattr(time, "pthread_getcpuclockid")                # a platform without it
+    assert driver.cpu_s() == 0.0
