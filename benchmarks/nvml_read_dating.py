@@ -46,15 +46,14 @@ def read_many(nvml: Any, handle: Any, field: int, seconds: float, pause_s: float
 
 def lattice_residuals_ms(middles: list[float], period_s: float = 0.1) -> list[float]:
     """Each bracket middle's distance from the best 100 ms lattice through them (median phase)."""
+
+    def wrapped(offset: float) -> float:   # into [-period/2, period/2): a circle has no 0 edge to fall off
+        return (offset + period_s / 2) % period_s - period_s / 2
+
     if not middles:
         return []
-    phases = sorted((m - middles[0]) % period_s for m in middles)
-    phase = statistics.median(phases)
-    out = []
-    for m in middles:
-        offset = ((m - middles[0]) - phase) % period_s
-        out.append(1e3 * (offset if offset < period_s / 2 else offset - period_s))
-    return out
+    phase = statistics.median(wrapped(m - middles[0]) for m in middles)
+    return [1e3 * wrapped(m - middles[0] - phase) for m in middles]
 
 
 def summarise(rows: list[tuple[float, float, float, int, int]]) -> dict[str, Any]:

@@ -262,3 +262,56 @@ def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_
     assert comparison["counter_period_s"] == pytest.approx(0.1, abs=0.01)   # the simulator's documented period
     assert abs(comparison["sampling_vs_counter"]) < 0.05
     assert [row["workload"] for row in result["repeatability"]] == ["transformer-infer-tiny"]   # --smoke: one, inference
+
+
+@pytest.mark.slow
+def test_the_real_gpu_phases_script_dry_runs_on_the_simulator(tmp_path, monkeypatch, capsys):
+    """Its dry run: the transformer's phases under watch add up to the region's ETS, the classes come
+    from by_op, the phases alone are there, everything is labelled simulated and no limit changed."""
+    import real_gpu_phases
+
+    monkeypatch.setattr(sys, "argv", ["real_gpu_phases.py", "--backend", "sim", "--device", "cpu", "--size", "tiny",
+                                      "--quick", "--out", str(tmp_path)])
+    with warnings.catch_warnings():
+        real_gpu_phases.main()
+    assert "SIMULATED GPU (dry run)" in capsys.readouterr().out
+    result = json.loads((tmp_path / "real_gpu_phases-quick.json").read_text())
+    assert result["simulated"] and result["gpu"]["simulated"] and result["limit_unchanged"] is True
+    [row] = result["workloads"]
+    watch = row["watch"]
+    assert row["workload"] == "transformer-train-tiny" and set(watch["phases"]) == {"forward", "backward", "update", "other"}
+    assert watch["phases_sum_j"] == pytest.approx(watch["ets_j"], rel=1e-9)
+    assert "error" not in row["by_op"] and {"matmul", "elementwise"} <= set(row["by_op"]["op_classes"])
+    assert set(row["alone"]) == {"forward", "update"}
+
+
+def test_the_read_dating_probe_measures_brackets_by_host_clock_and_by_the_fields_stamp():
+    """Reads of 2.4 ms whose host end comes 5 ms late (the GIL's wait), stamped 2.4 ms after they
+    begin, at a counter publishing every 100 ms: a bracket by the host's clock runs from one read's
+    start to the next one's late end; by the stamps, from one stamp to the next."""
+    import nvml_read_dating
+
+    rows, began = [], 1000.0
+    while began < 1003.0:
+        stamp = began + 0.0024
+        rows.append((began, stamp + 0.005, stamp, 2400, int((stamp - 1000.0301) // 0.1)))
+        began = stamp + 0.005 + 0.001
+    summary = nvml_read_dating.summarise(rows)
+    assert summary["changes"] == 30 and summary["timestamp_outside_span"] == 0
+    assert summary["span_ms_median"] == pytest.approx(7.4, abs=1e-6)
+    assert summary["timestamp_before_end_ms_median"] == pytest.approx(5.0, abs=1e-6)
+    host, stamp = summary["host_brackets"], summary["timestamp_brackets"]
+    # host: previous read's start to this read's (late) end = 7.4 + 1 + 7.4 ms; stamps: one read period, 8.4 ms
+    assert host["width_ms_median"] == pytest.approx(15.8, abs=1e-6)
+    assert stamp["width_ms_median"] == pytest.approx(8.4, abs=1e-6)
+
+
+def test_the_read_dating_probes_lattice_residuals_are_each_middles_distance_from_the_100_ms_lattice():
+    import nvml_read_dating
+
+    middles = [5.03 + 0.1 * k for k in range(9)]
+    assert nvml_read_dating.lattice_residuals_ms(middles) == pytest.approx([0.0] * 9, abs=1e-6)
+    middles[4] += 0.002
+    middles[6] -= 0.097            # 3 ms after the tick before it
+    assert nvml_read_dating.lattice_residuals_ms(middles) == pytest.approx([0, 0, 0, 0, 2.0, 0, 3.0, 0, 0], abs=1e-6)
+    assert nvml_read_dating.lattice_residuals_ms([]) == []
