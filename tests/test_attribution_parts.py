@@ -20,6 +20,7 @@ from pytest_gpuenergy.meter.attribution import (
     PhaseEnergy,
     PhaseTimeline,
     _adjusted_to,
+    _bounded_lstsq,
     _confounded_groups,
     _merge_noise_dominated,
     _real_shares,
@@ -620,3 +621,90 @@ def test_phases_are_checked_in_the_order_they_start_and_other_is_measured_agains
     assert OTHER in PhaseTimeline([("a", 5.0, 15.0 - 1.5e-8)], 5.0, 15.0).names
     assert OTHER not in PhaseTimeline([("a", 5.0, 15.0 - 5e-9)], 5.0, 15.0).names
     assert OTHER in PhaseTimeline([("a", 0.0, 0.1 - 5e-10)], 0.0, 0.1).names
+
+
+# -- the bounded fit's stops, a sliver under a publication, three phases noise cannot tell apart ----
+
+# Three powers whose unconstrained fit, (800.002, -1/3000, -0.002) W, puts two just below 0 W: held
+# there, the first takes what they leave (a step of 1.5 mW in 800 W), then the second comes back
+# above 0 W. With the third at 0 W the normal equations are [[14, 3], [3, 9]] x = [11200.007, 2400.003]
+# (determinant 117), and the third's gradient there, 2 x 0.000923 - 2 x 0.000615 > 0, keeps it at 0 W.
+_A3 = np.array([[2.0, 0.0, 2.0], [1.0, 3.0, 0.0], [3.0, 0.0, 2.0]])
+_E3 = np.array([1600.0, 800.001, 2400.002])
+_OPTIMUM3 = np.array([93600.054 / 117, 0.021 / 117, 0.0])
+
+
+@pytest.mark.parametrize(("a_scale", "e_scale", "high"), [
+    (1.0, 1.0, 1000.0),
+    (1e-6, 1e-6, 1000.0),      # windows and energies a million times smaller: the same powers, gradients of 1e-12
+    (1.0, 1e-6, 1.0),          # microwatts: the first step moves 1.5 nW
+    (1.0, 1e-9, 1.0),          # nanowatts: the first step moves 1.5e-12 W, the last under the stop of 1e-12 W
+])
+def test_the_bounded_fit_ends_at_the_optimum_at_any_scale(a_scale, e_scale, high):
+    found = _bounded_lstsq(_A3 * a_scale, _E3 * e_scale, 0.0, high)
+    np.testing.assert_allclose(found, _OPTIMUM3 * e_scale / a_scale, rtol=1e-9, atol=0)
+
+
+def test_where_no_step_lowers_the_computed_cost_the_bounded_fit_keeps_the_clipped_least_squares_powers():
+    # A megajoule per window that no power explains (orthogonal to both columns): the optimum,
+    # (1499.99 / 3, 0) W, costs 3.3e-5 J^2 less than the clipped (500, 0) W, below the resolution of a
+    # cost of 4e12 J^2, so no step is seen to lower it; the fit keeps the clipped powers.
+    a = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 1.0]])
+    e = a @ np.array([500.0, -0.01]) + 1e6 * np.array([1.0, -1.0, 1.0, -1.0, 0.0])
+    found = _bounded_lstsq(a, e, 0.0, 1000.0)
+    np.testing.assert_array_equal(found, np.clip(np.linalg.lstsq(a, e, rcond=None)[0], 0.0, 1000.0))
+    np.testing.assert_allclose(found, [500.0, 0.0], rtol=1e-12, atol=0)
+
+    def cost(x: np.ndarray) -> float:
+        r = a @ x - e
+        return float(r @ r)
+    assert cost(found) == cost(np.array([1499.99 / 3, 0.0]))
+
+
+def test_a_publication_in_a_sliver_too_short_to_be_other_lies_under_no_phase():
+    # a from 0 to 1000 s but for 2^-20 s (under a billionth of the region) round the publication at 500 s
+    half_s, d_s = 2.0 ** -21, 2.0 ** -23
+    timeline = [("a", 0.0, 500.0 - half_s), ("a", 500.0 + half_s, 1000.0)]
+    assert PhaseTimeline(timeline, 0.0, 1000.0).names == ["a"]
+    times = np.arange(251) * 4.0
+    energies = _energies(timeline, times, {"a": 250.0})
+    result = _attribute(timeline, times, energies, resolution_j=0.001, dating_error_s=d_s, max_power_w=1000.0)
+    a = _coverage(timeline, ["a"], times)
+    fitted = float(np.linalg.lstsq(a, np.diff(energies), rcond=None)[0][0])
+    moved_w = max(abs(float(np.linalg.lstsq(_coverage(timeline, ["a"], times + s), np.diff(energies),
+                                            rcond=None)[0][0]) - fitted) for s in (d_s, -d_s))
+    # every publication but the one at 500 s lies under a: each counted once per window it bounds
+    edge_s2 = (1 + 2 * 248 + 1) * d_s ** 2 / 3
+    half_w = moved_w + edge_s2 * fitted / float(a[:, 0] @ a[:, 0]) + float(a[:, 0].sum() / (a[:, 0] @ a[:, 0])) * 0.001
+    phase = result["a"]
+    assert phase.told_apart and phase.power_w == pytest.approx(250.0, rel=1e-12) and result.notes == ()
+    assert (phase.power_high_w - phase.power_low_w) / 2 == pytest.approx(half_w, rel=1e-6)
+
+
+def test_three_phases_whose_shares_vary_only_by_the_dating_error_each_name_the_two_others():
+    # a's and b's shares of each window vary by a microsecond in 30 and 20 ms, and c's with them
+    rng = np.random.default_rng(4)
+    times = np.arange(41) * 0.1
+    timeline = []
+    for i in range(40):
+        a_end = i * 0.1 + 0.03 + 1e-6 * float(rng.uniform())
+        b_end = a_end + 0.02 + 1e-6 * float(rng.uniform())
+        timeline += [("a", i * 0.1, a_end), ("b", a_end, b_end), ("c", b_end, (i + 1) * 0.1)]
+    energies = _energies(timeline, times, {"a": 300.0, "b": 100.0, "c": 200.0})
+    result = _attribute(timeline, times, energies, dating_error_s=1e-4)
+    reason = "its share of the counter's windows varies hardly more than the publications' dating error: the windows " \
+             "cannot tell it from "
+    assert [p.why_not for p in result.phases] == [reason + "b, c", reason + "a, c", reason + "a, b"]
+
+
+@pytest.mark.parametrize(("seed", "period_s", "extra_j"), [(13, 1.0, 0.0), (12, 1.0, 7.3), (11, 10.0, 7.3)])
+def test_a_region_of_kilojoules_split_to_its_ets_up_to_rounding_has_no_note(seed, period_s, extra_j):
+    # 8 and 80 kJ: the phases add up to the ETS within a billionth of it (the last bits of the sum aside)
+    rng = np.random.default_rng(seed)
+    times = np.arange(41) * period_s
+    timeline = _alternating(40, period_s, rng, (0.07 * period_s, 0.23 * period_s))
+    energies = _energies(timeline, times, {"a": 300.0, "b": 100.0})
+    ets_j = float(energies[-1]) + extra_j
+    result = _attribute(timeline, times, energies, resolution_j=0.01, ets_j=ets_j)
+    assert result.notes == ()
+    assert sum(p.ets_j for p in result.phases) == pytest.approx(ets_j, rel=1e-12)
