@@ -66,6 +66,15 @@ def test_where_no_gap_up_to_a_whole_call_spreads_them_the_gap_is_a_whole_call():
     assert _largest_empty_arc(0.04, PERIOD_S, 5000 * 1) > 2 / 5000
 
 
+def test_the_gap_is_sought_up_to_a_whole_call_and_no_further():
+    # A 20 ms call under 100 ms with a gap of s/400 of the call: the k-th publication falls at k x 2000 / (400 + s)
+    # of the cycle, on a lattice of at most 400 + s <= 800 points, so some arc is at least 1/800, wider than the
+    # 2/1601 that 1601 offsets allow. One step more (a lattice of 801 points, all reached) would spread them.
+    assert alignment_gap_s(0.02, PERIOD_S, offsets=1601) == 0.02
+    assert _largest_empty_arc(0.02 * 801 / 400, PERIOD_S, 1601) == pytest.approx(1 / 801, rel=1e-9)
+    assert 1 / 801 <= 2 / 1601 < 1 / 800
+
+
 @pytest.mark.parametrize(("call_s", "period_s", "offsets"), [(0.0, 0.1, 8), (0.02, 0.0, 8), (0.02, -0.1, 8),
                                                              (-0.02, 0.1, 8), (0.02, 0.1, 1)])
 def test_a_gap_for_an_impossible_call_is_refused_in_one_line(call_s, period_s, offsets):
@@ -172,6 +181,75 @@ def test_the_dating_part_grows_with_the_dating_error_for_several_phases():
     assert np.all(designs[2].fixed_w > 50 * designs[1].fixed_w)          # the attenuation: d^2
     # the dating noise's variance is weighted by the powers at the edges: a mean of P^2 over the coverage
     assert np.all(designs[1].variance_w2 > 0) and np.all(designs[0].variance_w2 == 0)
+
+
+# -- a design's figures against their definitions, computed densely ---------------------------------
+
+def _by_definition(lengths: dict[str, float], powers: dict[str, float], noise: float, dating_error_s: float,
+                   resolution_j: float) -> dict[str, np.ndarray]:
+    """What _design works out, from the definitions, over every occurrence and window at once (the
+    oracle: no searchsorted, no loop over the windows each occurrence spans, no PhaseTimeline)."""
+    names, lengths_s, powers_w = list(lengths), list(lengths.values()), [powers[n] for n in lengths]
+    call_s = sum(lengths_s)
+    gap_s = alignment_gap_s(call_s, PERIOD_S)
+    if gap_s > 0:
+        names, lengths_s, powers_w = [*names, "gap"], [*lengths_s, gap_s], [*powers_w, min(powers_w)]
+    k, calls = len(names), max(64, math.ceil(400 * PERIOD_S / (call_s + gap_s)))
+    # the same synthetic run: each occurrence lasts its length with a 1 % spread, seeded
+    durations = np.array(lengths_s)[None, :] * (1 + 0.01 * np.random.default_rng(0).standard_normal((calls, k)))
+    ends = np.cumsum(durations.ravel())
+    starts, phase = ends - durations.ravel(), np.tile(np.arange(k), calls)
+    edges = np.arange(PERIOD_S / 2, ends[-1], PERIOD_S)
+    power = np.array(powers_w)
+
+    def overlap_s(bounds: np.ndarray) -> np.ndarray:         # occurrences x windows
+        return np.clip(np.minimum(ends[:, None], bounds[None, 1:]) - np.maximum(starts[:, None], bounds[None, :-1]),
+                       0.0, None)
+
+    def coverage(bounds: np.ndarray) -> np.ndarray:
+        return np.column_stack([overlap_s(bounds)[phase == j].sum(axis=0) for j in range(k)])
+    a = coverage(edges)
+    inverse = np.linalg.inv(a.T @ a)
+    pinv = inverse @ a.T
+    drawn_j = overlap_s(edges) * power[phase][:, None]       # each occurrence's energy in each window
+    # an occurrence at (1 + noise) times its power moves the fit by noise x pinv @ its energies
+    robust = noise ** 2 * ((drawn_j @ pinv.T) ** 2).sum(axis=0)
+    textbook = noise ** 2 * float((drawn_j ** 2).sum(axis=0).mean()) * np.diag(inverse)
+    window_j2 = resolution_j ** 2 / 6 + 2 * dating_error_s ** 2 / 3 * float((a @ power ** 2).sum() / a.sum())
+    # the phase under each publication: the one occurrence that holds it, well inside (phase_at looks 0.1 us round)
+    holds = (starts[:, None] + 1e-7 < edges[None, :]) & (edges[None, :] < ends[:, None] - 1e-7)
+    assert np.all(holds.sum(axis=0) == 1)
+    edge_s2 = np.bincount(phase[holds.argmax(axis=0)], minlength=k) * 2 * dating_error_s ** 2 / 3
+    return {"windows": np.array(len(a)), "robust": robust, "textbook": textbook,
+            "variance": np.maximum(robust, textbook) + window_j2 * np.diag(inverse),
+            "dating": np.abs(pinv @ (coverage(edges + dating_error_s) @ power) - power),
+            "fixed": np.abs(pinv).sum(axis=1) * resolution_j + np.abs(inverse @ (edge_s2 * power)),
+            "under": edge_s2 > 0}
+
+
+@pytest.mark.parametrize(("lengths", "powers", "textbook_larger"), [
+    # occurrences of 50, 2 and 20 ms: each phase's textbook variance is the larger (its windows' own noise)
+    ({"a": 0.05, "b": 0.002, "c": 0.02}, {"a": 100.0, "b": 400.0, "c": 50.0}, [True, True, True]),
+    # two phases and a gap: the occurrences' effect through the fit (the robust variance) is the larger
+    ({"fwd": 0.008, "bwd": 0.012}, {"fwd": 400.0, "bwd": 250.0}, [False, False, False]),
+])
+def test_a_designs_figures_are_their_definitions_over_every_occurrence_and_window(lengths, powers, textbook_larger):
+    design = _design(lengths, powers, PERIOD_S, 0.02, 1e-4, 0.001, None)
+    expected = _by_definition(lengths, powers, 0.02, 1e-4, 0.001)
+    assert design.windows == int(expected["windows"])
+    assert (expected["textbook"] > expected["robust"]).tolist() == textbook_larger
+    np.testing.assert_allclose(design.variance_w2, expected["variance"], rtol=1e-9)
+    np.testing.assert_allclose(design.dating_w, expected["dating"], rtol=1e-7)
+    np.testing.assert_allclose(design.fixed_w, expected["fixed"], rtol=1e-9)
+
+
+def test_a_phase_under_no_publication_adds_no_dating_variance_of_its_own():
+    # b lasts 5 us of each 17.8 ms call: none of the publications falls in it
+    lengths, powers = {"a": ONE_PHASE_S, "b": 5e-6}, {"a": POWER_W, "b": 100.0}
+    design = _design(lengths, powers, PERIOD_S, 0.02, 1e-4, 0.001, None)
+    expected = _by_definition(lengths, powers, 0.02, 1e-4, 0.001)
+    assert design.names == ("a", "b") and expected["under"].tolist() == [True, False]
+    np.testing.assert_allclose(design.fixed_w, expected["fixed"], rtol=1e-6)
 
 
 # -- the gap a design adds, and the phases it asks about -------------------------------------------
