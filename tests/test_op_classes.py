@@ -4,10 +4,13 @@ split end to end on the simulator against its exact energy per class."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import textwrap
 import time
+from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -204,6 +207,81 @@ def test_by_op_on_a_real_gpu_without_cuda_torch_is_a_one_line_error() -> None:
     with pytest.raises(MeasurementError, match=r"needs PyTorch with CUDA .*install a CUDA build of torch, or leave "
                                                r"by_op out"), tracer.recording([]):
         pass
+
+
+class _FakeProfilerEvent:
+    """One event of a fake ``torch.profiler`` trace, with the accessors ProfilerTracer reads."""
+
+    def __init__(self, name: str, start_ns: int, end_ns: int, on_gpu: bool) -> None:
+        self._name, self._start_ns, self._end_ns, self._on_gpu = name, start_ns, end_ns, on_gpu
+
+    def name(self) -> str:
+        return self._name
+
+    def start_ns(self) -> int:
+        return self._start_ns
+
+    def end_ns(self) -> int:
+        return self._end_ns
+
+    def device_type(self) -> object:
+        return torch.autograd.DeviceType.CUDA if self._on_gpu else torch.autograd.DeviceType.CPU
+
+
+def test_a_real_gpus_tracer_puts_the_profilers_kernels_on_its_clock_and_notes_overlaps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ProfilerTracer.recording end to end against a fake profiler (no GPU here): the trace's clock is the
+    meter's + 5000 s, the anchors are read on the backend's clock, and two kernels overlap by 100 ms."""
+    import torch.profiler
+
+    now = [10.0]                                                 # the meter's clock, moved by hand
+
+    def clock() -> float:
+        now[0] += 1e-6
+        return now[0]
+
+    def ns(meter_s: float) -> int:
+        return round((meter_s + 5000.0) * 1e9)
+
+    events: list[_FakeProfilerEvent] = []
+
+    class Profile:
+        def __init__(self, activities: list) -> None:
+            self.profiler = self
+            self.kineto_results = self
+
+        def __enter__(self) -> Profile:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def events(self) -> list[_FakeProfilerEvent]:
+            return list(events)
+
+    @contextlib.contextmanager
+    def record_function(name: str) -> Iterator[None]:
+        start = ns(now[0])
+        yield
+        now[0] += 1e-6
+        events.append(_FakeProfilerEvent(name, start, ns(now[0]), on_gpu=False))
+
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(torch.profiler, "record_function", record_function)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    tracer = op_classes.op_tracer(SimpleNamespace(simulated=False, clock=clock))     # a real GPU's backend
+    assert isinstance(tracer, ProfilerTracer) and tracer.notes == [] and tracer.traced(len) is len
+    marks: list[tuple[str, float, float]] = []
+    with tracer.recording(marks):
+        events.append(_FakeProfilerEvent("ampere_sgemm_128x64_tn", ns(10.1), ns(10.3), on_gpu=True))
+        events.append(_FakeProfilerEvent("ncclDevKernel_AllReduce_Sum_f32", ns(10.2), ns(10.4), on_gpu=True))
+        events.append(_FakeProfilerEvent("aten::mm", ns(10.1), ns(10.3), on_gpu=False))     # host: no kernel
+        now[0] = 10.5
+    assert [kind for kind, _, _ in marks] == [MATMUL, COMMUNICATION]
+    assert [moment for _, start, end in marks for moment in (start, end)] == pytest.approx([10.1, 10.3, 10.3, 10.4], abs=1e-8)
+    assert tracer.notes == ["op classes: concurrent kernels overlapped for 100 ms; that time went to the kernel "
+                            "that started first"]
 
 
 # -- the simulator's pieces ------------------------------------------------------------------------------
