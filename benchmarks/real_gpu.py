@@ -324,9 +324,9 @@ def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> 
     """What one NVML read costs, and what an empty ``with meter:`` region adds (wall, meter-thread CPU)."""
     from pytest_gpuenergy.meter import EnergyMeter
 
-    def latency_us(read: Callable[[], int]) -> dict[str, float]:
+    def latency_us(read: Callable[[], Any], count: int = reads) -> dict[str, float]:
         took = []
-        for _ in range(reads):
+        for _ in range(count):
             started = time.perf_counter()
             read()
             took.append(time.perf_counter() - started)
@@ -342,7 +342,11 @@ def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> 
         added.append(meter.result.time_s)
         waited.append(time.perf_counter() - started - meter.result.time_s)
         thread_cpu.append(meter.last_thread_cpu_s)
+    # Each region also asks, from the test's own thread, for the GPU's running processes (at its start
+    # and end) and its limits (once): what --energy-all costs a short test on a real GPU is mostly these.
     return {"energy_read": latency_us(gpu.energy_mj), "power_read": latency_us(gpu.power_mw),
+            "processes_read": latency_us(gpu.processes, max(reads // 10, 1)),
+            "limits_read": latency_us(gpu.limits, max(reads // 10, 1)),
             "empty_region_ms_median": 1e3 * statistics.median(added), "empty_region_ms_max": 1e3 * max(added),
             "wait_for_publication_ms_median": 1e3 * statistics.median(waited),
             "meter_thread_cpu_ms_median": 1e3 * statistics.median(thread_cpu)}
@@ -416,6 +420,9 @@ def main() -> None:
         common.print_table(["figure", "value"], [
             ["energy counter read, median / p99 us", f"{costs['energy_read']['median_us']:.0f} / {costs['energy_read']['p99_us']:.0f}"],
             ["power read, median / p99 us", f"{costs['power_read']['median_us']:.1f} / {costs['power_read']['p99_us']:.1f}"],
+            ["running processes read, median / p99 us",
+             f"{costs['processes_read']['median_us']:.1f} / {costs['processes_read']['p99_us']:.1f}"],
+            ["limits read (4 calls), median / p99 us", f"{costs['limits_read']['median_us']:.1f} / {costs['limits_read']['p99_us']:.1f}"],
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
