@@ -15,7 +15,6 @@ its work) are on ``SimulatedBackend`` only; a real backend's hooks do what a rea
 from __future__ import annotations
 
 import os
-import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from ..errors import BackendUnavailable, DeviceNotSupported, DeviceTransientError, GpuLostError, GpuSelectionError
 from ..fileio import user_state_dir
+from .moments import Moment, QueuedMoment, cuda_torch, record_event
 from .specs import BACKEND_CHOICES
 
 Vendor = Literal["nvidia", "amd"]
@@ -309,10 +309,20 @@ class Backend:
         """One step of declared GPU work was launched (a real GPU does the work itself)."""
 
     def queue_time(self) -> float:
-        """The moment (on :attr:`clock`) the GPUs in use will reach this point of their queued work:
-        what a phase mark records, without waiting for the GPU. On a real GPU that is a CUDA event's
-        time, read after the region; not done yet: the host's clock now (launches run ahead of it)."""
+        """The moment (on :attr:`clock`) the GPUs in use will reach this point of their queued work,
+        known now: exact on the simulator; on a real GPU only the host's clock (launches run ahead of
+        it), so a phase mark takes :meth:`mark_moment` there."""
         return self.clock()
+
+    def cuda_moment(self) -> QueuedMoment | None:
+        """A CUDA (or HIP) timing event recorded now on the current stream, without waiting, where
+        torch's CUDA is in use; else None (``moments``). The region's anchor is one."""
+        return record_event(self.clock)
+
+    def mark_moment(self) -> Moment:
+        """What a phase mark records, without waiting for the GPU: a CUDA event, dated once the
+        region has ended (``moments.date_marks``), else :meth:`queue_time`."""
+        return self.cuda_moment() or self.queue_time()
 
     def sim_settings(self) -> dict[str, Any] | None:
         """The simulator's clock, seed and noise (what makes its figures repeat); None on real GPUs."""
@@ -334,8 +344,8 @@ class Backend:
 
         torch's ``cuda`` module is CUDA on NVIDIA and HIP on ROCm builds: one call waits for either.
         """
-        torch = sys.modules.get("torch")  # never import torch (1.8 s) just to wait for nothing
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch = cuda_torch()
+        if torch is not None:
             for device in range(torch.cuda.device_count()):
                 torch.cuda.synchronize(device)
 
@@ -401,6 +411,9 @@ class SimulatedBackend(Backend):
 
     def queue_time(self) -> float:
         return float(self.nvml.simQueuedUntil())
+
+    def cuda_moment(self) -> QueuedMoment | None:
+        return None       # the simulated queue is exact (and a real GPU's events are not its GPUs')
 
     def sim_settings(self) -> dict[str, Any] | None:
         return dict(self.nvml.simSettings())

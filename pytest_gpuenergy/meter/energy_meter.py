@@ -134,10 +134,12 @@ class EnergyMeter:
 
         Inside ``with energy_meter:`` or the function given to ``measure()`` (its warm-up calls'
         marks are not kept). The region's ETS is then split among the phases, the unmarked rest
-        being ``other`` (``result.phases``; ``docs/explanation/phases.md``). A mark costs a list
-        append and no wait: its moments are when the GPU reaches that point of its queued work
-        (``Backend.queue_time``: exact on the simulator; on a real GPU the host's clock for now,
-        since CUDA events at the marks are not done yet). Phases neither nest nor overlap.
+        being ``other`` (``result.phases``; ``docs/explanation/phases.md``). A mark never waits:
+        its moments are when the GPU reaches that point of its queued work (``Backend.mark_moment``):
+        on the simulator its queue, exactly; on a real GPU a CUDA event recorded on the current
+        stream, dated against the region's anchor once the region has ended (``gpu/moments.py``;
+        an event that cannot be read falls back to the host's clock, with a note). Phases neither
+        nest nor overlap.
         """
         if not isinstance(name, str) or not name.strip() or name == OTHER:
             raise MeasurementError(f"energy_meter.phase({name!r}): name the phase with a non-empty string other than "
@@ -150,13 +152,13 @@ class EnergyMeter:
             raise MeasurementError(f"energy_meter.phase({name!r}) inside phase {self._open_phase!r}: phases cannot "
                                    f"nest or overlap; end {self._open_phase!r} before starting {name!r}")
         self._open_phase = name
-        start_s = self.backend.queue_time()
+        start = self.backend.mark_moment()
         try:
             yield
         finally:
             self._open_phase = None
         if region is not None:
-            region.marks.append((name, start_s, self.backend.queue_time()))
+            region.queued_marks.append((name, start, self.backend.mark_moment()))
 
     def watch(self, model: Any, optimizer: Any = None) -> Watch:
         """Mark ``forward``, ``backward`` and ``update`` of a PyTorch step by hooks on ``model`` (and

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
+from ..gpu.moments import Moment, QueuedMoment, date_marks
 from ..host.recorder import HostFigure, HostRecorder
 from .attribution import attribute_phases, publication_arrays
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
@@ -71,15 +72,19 @@ class Region:
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
         self.host_marks = [host.mark()] if host is not None else []
         backend.count_cpu_work(True)
+        self.anchor = backend.cuda_moment()    # on the GPU, idle since the synchronisation: dates the marks
         self.t0 = clock()
         self.t1 = math.nan
         self.calls = 1
         self.work_source: str | None = None
         self.thread_cpu_s = math.nan
         self.readings: list[RegionEnergy] = []
-        # energy_meter.phase(): (name, start_s, end_s) on the GPU's queue (``Backend.queue_time``), and
+        # energy_meter.phase(): (name, start, end) as marked (``Backend.mark_moment``: a time, or a CUDA
+        # event), as (name, start_s, end_s) once the region has ended (``moments.date_marks``), and
         # per GPU the phases attributed from its publications once the region is resolved
+        self.queued_marks: list[tuple[str, Moment, Moment]] = []
         self.marks: list[tuple[str, float, float]] = []
+        self.mark_notes: list[str] = []
         self.phases: list[dict[str, PhaseFigures] | None] = []
         # measure(by_op=True): each kernel's class as (class, start_s, end_s), split the same way (``op_classes``)
         self.op_marks: list[tuple[str, float, float]] = []
@@ -94,6 +99,7 @@ class Region:
         self.backend.synchronize()
         self.t1 = self.clock()
         self.backend.count_cpu_work(False)
+        self._date_marks()
         if self.host is not None:
             self.host_marks.append(self.host.mark())
         self.work_source = self.backend.sim_work_source()
@@ -106,6 +112,14 @@ class Region:
             except BaseException:
                 self.release()
                 raise
+
+    def _date_marks(self) -> None:
+        """The marks on the meter's clock, now that the GPU has run them: CUDA events dated against the
+        region's anchor (or, where CUDA came into use inside the region, one recorded now)."""
+        queued = any(isinstance(m, QueuedMoment) for mark in self.queued_marks for m in mark[1:])
+        end_anchor = self.backend.cuda_moment() if queued and self.anchor is None else None
+        self.marks, note = date_marks(self.queued_marks, self.anchor, end_anchor)
+        self.mark_notes = [f"phases: {note}"] if note else []
 
     def host_figures(self) -> list[HostFigure]:
         """The host's domains over the region (empty without ``host``)."""
@@ -174,6 +188,7 @@ class Region:
             reading.notes.append(CPU_TIME_NOTE)
         elif self.work_source == "declared" and self.t1 <= self.t0:
             reading.notes.append(NO_TIME_NOTE)
+        reading.notes.extend(self.mark_notes)
         if pids:
             reading.notes.append(
                 f"{recorder.gpu.label} was also used by {'process' if len(pids) == 1 else 'processes'} "
