@@ -5,12 +5,14 @@ tests of test_meter.py rarely meet this one; on a real GPU it is the only driver
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
+from pytest_gpuenergy.errors import DeviceTransientError, MeasurementError
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.meter.recorder import Recorder, ThreadDriver
 from pytest_gpuenergy.meter.results import COUNTER
@@ -206,3 +208,76 @@ def test_cpu_time_is_zero_where_the_host_cannot_tell_a_threads_cpu_time(wall_bac
     assert driver.cpu_s() == 0.0
     monkeypatch.delattr(time, "pthread_getcpuclockid")                # a platform without it
     assert driver.cpu_s() == 0.0
+
+
+class FailingGpu:
+    """A GPU whose counter reads fail with a transient error until told otherwise."""
+
+    uuid, label, index, counter_period_s, power_window_s = "GPU-failing", "GPU 0 (failing)", 0, 0.1, 0.0
+
+    def __init__(self) -> None:
+        self.error = DeviceTransientError("NVML_ERROR_TIMEOUT")
+        self.fails = True
+
+    def limits(self) -> SimpleNamespace:
+        return SimpleNamespace(max_mw=700_000)
+
+    def energy_mj(self) -> int:
+        if self.fails:
+            raise self.error
+        return 1_000
+
+
+def test_reads_that_fail_are_tried_again_for_two_seconds_then_stop_the_recorder_naming_the_error():
+    now = [10.0]
+    gpu = FailingGpu()
+    recorder = Recorder(gpu, lambda: now[0], COUNTER, seed="slot0")  # type: ignore[arg-type]
+    for moment in (10.0, 11.0, 12.0):                 # 2.0 s of failures in a row: not over two seconds yet
+        now[0] = moment
+        assert recorder._read() is False and recorder.last_error is gpu.error
+    now[0] = 12.001
+    with pytest.raises(MeasurementError) as raised:
+        recorder._read()
+    assert str(raised.value) == ("reading the energy of GPU 0 (failing) failed for over 2 s: NVML_ERROR_TIMEOUT")
+
+
+def test_a_read_that_succeeds_starts_the_two_seconds_of_failures_over():
+    now = [10.0]
+    gpu = FailingGpu()
+    recorder = Recorder(gpu, lambda: now[0], COUNTER, seed="slot0")  # type: ignore[arg-type]
+    recorder._read()                                   # fails at 10.0
+    gpu.fails, now[0] = False, 11.5
+    recorder._read()                                   # succeeds
+    gpu.fails = True
+    for moment in (12.0, 13.5, 14.0):                  # failing since 12.0: 2.0 s at 14.0, still tried
+        now[0] = moment
+        assert recorder._read() is False
+    now[0] = 14.5
+    with pytest.raises(MeasurementError, match="failed for over 2 s"):
+        recorder._read()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's user time is read from /proc (Linux)")
+def test_a_recorders_user_cpu_time_is_its_threads_and_none_without_one(wall_backend, monkeypatch):
+    recorder = recorder_on(wall_backend)
+    assert recorder.user_cpu_s() is None                            # no driver yet
+    burnt = threading.Event()
+
+    def burn_then_sleep():
+        end = time.thread_time() + 0.3                              # 0.3 s of this thread's CPU, in user space
+        while time.thread_time() < end:
+            sum(range(1000))
+        burnt.set()
+        yield recorder.clock() + 60.0
+
+    monkeypatch.setattr(recorder, "schedule", burn_then_sleep)
+    driver = recorder.driver = ThreadDriver(recorder)
+    assert driver.user_cpu_s() is None                              # not started: no thread to ask
+    driver.start()
+    try:
+        assert burnt.wait(30.0)
+        user_s = recorder.user_cpu_s()
+        assert user_s is not None and 0.2 <= user_s <= 0.5, user_s  # clock ticks of 10 ms; kernel time not in it
+        assert user_s == driver.user_cpu_s()
+    finally:
+        driver.stop()
