@@ -279,5 +279,10 @@ def test_a_recorders_user_cpu_time_is_its_threads_and_none_without_one(wall_back
         user_s = recorder.user_cpu_s()
         assert user_s is not None and 0.2 <= user_s <= 0.5, user_s  # clock ticks of 10 ms; kernel time not in it
         assert user_s == driver.user_cpu_s()
+        # The thread's name sits in parentheses in /proc's stat and may itself hold them (a process
+        # named so, or a thread renamed): the figures come after the last one.
+        with open(f"/proc/self/task/{driver.native_id}/comm", "wb") as comm:
+            comm.write(b"x) 1 2 3 (y)")
+        assert recorder.user_cpu_s() == user_s
     finally:
         driver.stop()
