@@ -348,3 +348,10 @@ def test_the_description_ends_with_each_host_domain_but_not_the_gpus_again():
     only_gpu = EnergyResult(per_gpu=result.per_gpu, per_domain={"gpu": per_domain["gpu"]})
     assert only_gpu.describe() == ("ETS 12 J [11.5, 12.25], T 2 s, EDP 24 J s, mean 6 W, peak 650 W, n=1 "
                                    "(simulated, counter)")
+
+
+def test_a_gpus_samples_are_its_repetitions_values_of_the_field_asked_for_as_floats():
+    part = gpu(0, rep(10.0, 1.0), rep(14.0, 4), rep(12.5, 0.5))
+    assert part.samples("ets_j") == [10.0, 14.0, 12.5]
+    assert part.samples("time_s") == [1.0, 4.0, 0.5] and all(type(v) is float for v in part.samples("time_s"))
+    assert part.samples("edp_js") == [10.0, 56.0, 6.25]
