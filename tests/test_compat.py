@@ -6,6 +6,7 @@ pytest feature per test, each with that plugin turned on in the session under te
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 
 import pytest
@@ -234,13 +235,15 @@ def test_a_projects_own_energy_meter_fixture_is_left_alone(pytester):
 
 
 def test_a_session_that_uses_nothing_touches_no_state_and_installs_no_handler(pytester, sim_state):
+    # The handlers this process was started with (SIG_DFL from a shell; SIGHUP is SIG_IGN under nohup).
+    before = {name: int(signal.getsignal(getattr(signal, name))) for name in ("SIGTERM", "SIGHUP")}
     pytester.makepyfile(test_quiet=textwrap.dedent(
-        """
+        f"""
         import signal
 
-        def test_handlers_are_pythons_own():
-            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        def test_handlers_are_the_ones_the_process_started_with():
+            assert int(signal.getsignal(signal.SIGTERM)) == {before["SIGTERM"]}
+            assert int(signal.getsignal(signal.SIGHUP)) == {before["SIGHUP"]}
         """
     ), test_later=MEASURED)
     quiet = pytester.runpytest("test_quiet.py")
