@@ -21,6 +21,7 @@ from pytest_gpuenergy.gate.settings import (
     check_thresholds,
     parse_thresholds,
     step_summary_path,
+    threshold_label,
 )
 
 # -- parse_thresholds -----------------------------------------------------------------------------
@@ -170,3 +171,9 @@ def test_no_step_summary_outside_github_actions(monkeypatch, value):
     else:
         monkeypatch.setenv(STEP_SUMMARY_ENV, value)
     assert step_summary_path() is None
+
+
+@pytest.mark.parametrize("key, label", [("ets", "ETS"), ("time", "T"), ("edp", "EDP"), ("node.ets", "node ETS"),
+                                        ("cpu.ets", "cpu ETS"), ("phase.ets", "phase ETS")])
+def test_a_threshold_is_named_by_its_metric_and_for_a_domain_or_phase_by_that_too(key, label):
+    assert threshold_label(key) == label
