@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from pytest_gpuenergy.gate.student_t import _cornish_fisher, _student_t_pdf, student_t_cdf, student_t_ppf
+from pytest_gpuenergy.gate.student_t import _cornish_fisher, _student_t_pdf, f_sf, student_t_cdf, student_t_ppf
 
 
 def _cdf_df1(t: float) -> float:
@@ -140,3 +140,37 @@ def test_the_median_is_exactly_zero():
 def test_quantiles_outside_the_upper_half_are_refused(p):
     with pytest.raises(ValueError, match=r"student_t_ppf needs 0.5 <= p < 1"):
         student_t_ppf(p, 4)
+
+
+# -- the F distribution's survival function (the gate's test of a noisier new run) ---------------------
+
+@pytest.mark.parametrize("x, df1, df2, expected", [
+    (0.5, 2, 2, 1 / 1.5),              # F(2, 2): 1 / (1 + x)
+    (3.0, 2, 4, 2.5 ** -2),            # F(2, d2): (1 + 2x / d2) ** (-d2 / 2)
+    (1.0, 4, 2, 5 / 9),                # F(d1, 2): 1 - (d1 x / (d1 x + 2)) ** (d1 / 2)
+    (1.0, 1, 1, 0.5),                  # F(1, 1) is symmetric about 1 on the log scale
+])
+def test_f_survival_matches_its_closed_forms(x, df1, df2, expected):
+    assert f_sf(x, df1, df2) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("df2", [3, 7.5])
+def test_f_with_one_degree_of_freedom_is_a_squared_t(df2):
+    assert f_sf(2.0, 1, df2) == pytest.approx(2 * (1 - student_t_cdf(math.sqrt(2.0), df2)), rel=1e-10)
+
+
+@pytest.mark.parametrize("x", [7.0, 0.3])
+def test_f_survival_and_the_swapped_distribution_at_the_inverse_add_up_to_one(x):
+    assert f_sf(x, 5, 9) + f_sf(1 / x, 9, 5) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("x", [0.0, -1.0])
+def test_f_survival_is_one_at_and_below_zero(x):
+    assert f_sf(x, 3, 4) == 1.0
+
+
+@pytest.mark.parametrize("df1, df2", [(0, 3), (3, 0), (-1, 5)])
+def test_f_needs_positive_degrees_of_freedom(df1, df2):
+    with pytest.raises(ValueError) as raised:
+        f_sf(2.0, df1, df2)
+    assert str(raised.value) == f"degrees of freedom must be > 0, got {df1} and {df2}"
