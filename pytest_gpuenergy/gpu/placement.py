@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuSelectionError
+from .moments import cuda_torch
 
 if TYPE_CHECKING:
     from .device import Gpu  # (not at run time: the plugin reads a placement at every pytest start)
@@ -183,11 +184,8 @@ def pin_current_device(held: Sequence[Gpu], all_gpus: Sequence[Gpu]) -> int | No
 
 
 def _cuda_initialised() -> bool:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
     try:
-        return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+        return cuda_torch() is not None
     except Exception:   # a broken CUDA install: leave it to the test to find out
         return False
 
