@@ -33,6 +33,7 @@ the date. With ``--backend sim`` every figure is from the GPU simulator and labe
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import threading
 import time
@@ -352,12 +353,43 @@ def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> 
             "meter_thread_cpu_ms_median": 1e3 * statistics.median(thread_cpu)}
 
 
-def main() -> None:
-    p = common.parser(__doc__.splitlines()[0])
+def read_only_parser(description: str) -> argparse.ArgumentParser:
+    """The options of every script that measures a real GPU read-only (and dry-runs on the simulator)."""
+    p = common.parser(description)
     p.add_argument("--backend", default="nvml", choices=("nvml", "sim"), help="nvml (a real GPU, default) or sim (a dry run)")
     p.add_argument("--gpu", default="0", help="which GPU (NVML index or UUID)")
     p.add_argument("--device", default="cuda", help="torch device for the work (default cuda)")
     p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
+    return p
+
+
+def open_read_only(backend_name: str, which: str, title: str) -> tuple[Any, Any, Any]:
+    """The GPU ``which``, its backend and its limits now, with every NVML setter refusing on a real GPU
+    (``read_only_nvml``); prints the run's first line. The meter's warnings are silenced for the run."""
+    if backend_name == "nvml":
+        import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
+    from pytest_gpuenergy.gpu.device import open_backend
+
+    backend = open_backend(backend_name)
+    gpu = backend.select(which)[0]
+    limits = gpu.limits()
+    warnings.simplefilter("ignore")
+    label = "SIMULATED GPU (dry run)" if backend.simulated else "real GPU, read-only"
+    print(f"{title}: {gpu.name}, {label}, driver {backend.driver_version}, "
+          f"limit {limits.enforced_mw / 1000:g} W (not changed)\n", flush=True)
+    return backend, gpu, limits
+
+
+def machine_of(backend: Any, gpu: Any, cuda: str | None = None) -> dict[str, Any]:
+    """``write_result``'s description of the GPU a run used: simulated, or real with its driver (and CUDA)."""
+    if backend.simulated:
+        return {"simulated_gpus": [gpu.name], "real_gpu": None}
+    return {"simulated_gpus": None,
+            "real_gpu": f"{gpu.name}, driver {backend.driver_version}" + (f", CUDA {cuda}" if cuda else "")}
+
+
+def main() -> None:
+    p = read_only_parser(__doc__.splitlines()[0])
     p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
     p.add_argument("--smoke", action="store_true",
                    help="the shortest run that exercises every part (the short windows in steady work only, repeatability on one "
@@ -370,20 +402,10 @@ def main() -> None:
     if args.smoke:
         args.quick = True
     lengths = SMOKE if args.smoke else QUICK if args.quick else replace(FULL, steady_s=args.steady_s)
-    if args.backend == "nvml":
-        import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
 
-    from pytest_gpuenergy.gpu.device import open_backend
-
     started = time.time()
-    backend = open_backend(args.backend)
-    gpu = backend.select(args.gpu)[0]
-    limits_before = gpu.limits()
-    warnings.simplefilter("ignore")
-    label = "SIMULATED GPU (dry run)" if backend.simulated else "real GPU, read-only"
-    print(f"{NAME}{' (quick)' if args.quick else ''}: {gpu.name}, {label}, driver {backend.driver_version}, "
-          f"limit {limits_before.enforced_mw / 1000:g} W (not changed)\n", flush=True)
+    backend, gpu, limits_before = open_read_only(args.backend, args.gpu, f"{NAME}{' (quick)' if args.quick else ''}")
     if args.drift:
         try:
             row = drift(backend, gpu, args.size, args.device, lengths)
@@ -392,9 +414,7 @@ def main() -> None:
         common.print_table(["figure", "value"], [[k, v] for k, v in row.items()], title=f"Drift ({args.drift})")
         print("wrote", common.write_result(f"{NAME}_drift_{args.drift}", {"gpu": {"name": gpu.name, "driver": backend.driver_version,
                                                                                   "simulated": backend.simulated}, "drift": row},
-                                           quick=args.quick, started=started, out_dir=args.out,
-                                           simulated_gpus=[gpu.name] if backend.simulated else None,
-                                           real_gpu=None if backend.simulated else f"{gpu.name}, driver {backend.driver_version}"))
+                                           quick=args.quick, started=started, out_dir=args.out, **machine_of(backend, gpu)))
         return
     try:
         work = steady_work(args.device)
@@ -458,8 +478,7 @@ def main() -> None:
             "gpu_state_after": gpu_state(gpu) if not backend.simulated else None,
             "limit_unchanged": limits_after.enforced_mw == limits_before.enforced_mw,
         },
-        quick=args.quick, started=started, simulated_gpus=[gpu.name] if backend.simulated else None, out_dir=args.out,
-        real_gpu=None if backend.simulated else f"{gpu.name}, driver {backend.driver_version}, CUDA {torch.version.cuda}",
+        quick=args.quick, started=started, out_dir=args.out, **machine_of(backend, gpu, torch.version.cuda),
     )
     print(f"wrote {path}")
 

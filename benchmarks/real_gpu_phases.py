@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import time
 import traceback
-import warnings
 from typing import Any
 
 import _common as common
+from real_gpu import machine_of, open_read_only, read_only_parser
 
 NAME = "real_gpu_phases"
 WORKLOADS = ("residual", "transformer")
@@ -84,11 +84,7 @@ def print_row(row: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--backend", default="nvml", choices=("nvml", "sim"), help="nvml (a real GPU, default) or sim (a dry run)")
-    p.add_argument("--gpu", default="0", help="which GPU (NVML index or UUID)")
-    p.add_argument("--device", default="cuda", help="torch device for the work (default cuda)")
-    p.add_argument("--size", default="full", choices=("tiny", "full"), help="size of the reference workloads")
+    p = read_only_parser(__doc__.splitlines()[0])
     p.add_argument("--min-time", type=float, help="each region's length in seconds (default 5, --quick 1)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated (default {','.join(WORKLOADS)})")
     p.add_argument("--tag", help="written as real_gpu_phases_TAG (a second run beside the default one)")
@@ -96,19 +92,11 @@ def main() -> None:
     names = [n for n in args.workloads.split(",") if n]
     if not names or set(names) - set(WORKLOADS):
         p.error(f"--workloads: choose from {', '.join(WORKLOADS)}, got {args.workloads!r}")
-    if args.backend == "nvml":
-        import read_only_nvml  # noqa: F401  (every NVML setter refuses: this run only reads)
     import torch
 
-    from pytest_gpuenergy.gpu.device import open_backend
-
     started = time.time()
-    backend = open_backend(args.backend)
-    gpu = backend.select(args.gpu)[0]
-    limit_before = gpu.limits().enforced_mw
-    warnings.simplefilter("ignore")
-    print(f"{NAME}: {gpu.name}, {'SIMULATED GPU (dry run)' if backend.simulated else 'real GPU, read-only'}, "
-          f"driver {backend.driver_version}, limit {limit_before / 1000:g} W (not changed)\n", flush=True)
+    backend, gpu, limits = open_read_only(args.backend, args.gpu, NAME)
+    limit_before = limits.enforced_mw
     min_time_s = args.min_time if args.min_time is not None else 1.0 if args.quick else 5.0
     rows = []
     try:
@@ -123,8 +111,7 @@ def main() -> None:
                "gpu": {"name": gpu.name, "driver": backend.driver_version, "cuda": torch.version.cuda,
                        "limit_w": limit_before / 1000, "simulated": backend.simulated},
                "min_time_s": min_time_s, "workloads": rows, "limit_unchanged": limit_after == limit_before},
-        quick=args.quick, started=started, out_dir=args.out, simulated_gpus=[gpu.name] if backend.simulated else None,
-        real_gpu=None if backend.simulated else f"{gpu.name}, driver {backend.driver_version}, CUDA {torch.version.cuda}")
+        quick=args.quick, started=started, out_dir=args.out, **machine_of(backend, gpu, torch.version.cuda))
     print(f"wrote {path}")
 
 
