@@ -502,14 +502,26 @@ def test_phases_always_in_the_same_proportion_share_one_power_and_a_bound_from_w
     assert result["c"].told_apart and result["c"].power_w == pytest.approx(500.0, rel=1e-9)
 
 
+def _phases_a_microsecond_apart(lengths_s: list[float], windows: int = 40) -> list[tuple[str, float, float]]:
+    """In each of ``windows`` 100 ms windows, phases a, b, ... of ``lengths_s`` (each up to a microsecond
+    longer, drawn in order from a seeded generator) and one more to the window's end."""
+    rng = np.random.default_rng(4)
+    names = "abcdefgh"
+    timeline = []
+    for i in range(windows):
+        start = i * 0.1
+        for name, length_s in zip(names, lengths_s):
+            end = start + length_s + 1e-6 * float(rng.uniform())
+            timeline.append((name, start, end))
+            start = end
+        timeline.append((names[len(lengths_s)], start, (i + 1) * 0.1))
+    return timeline
+
+
 def test_shares_that_vary_only_by_the_dating_error_name_the_phases_they_cannot_be_told_from():
     # a's share of each window varies by a microsecond in 30 ms; the publications are dated within 0.1 ms
-    rng = np.random.default_rng(4)
     times = np.arange(41) * 0.1
-    timeline = []
-    for i in range(40):
-        a_end = i * 0.1 + 0.03 + 1e-6 * float(rng.uniform())
-        timeline += [("a", i * 0.1, a_end), ("b", a_end, (i + 1) * 0.1)]
+    timeline = _phases_a_microsecond_apart([0.03])
     energies = _energies(timeline, times, {"a": 300.0, "b": 100.0})
     result = _attribute(timeline, times, energies, dating_error_s=1e-4)
     assert result["a"].why_not == ("its share of the counter's windows varies hardly more than the publications' dating "
@@ -683,13 +695,8 @@ def test_a_publication_in_a_sliver_too_short_to_be_other_lies_under_no_phase():
 
 def test_three_phases_whose_shares_vary_only_by_the_dating_error_each_name_the_two_others():
     # a's and b's shares of each window vary by a microsecond in 30 and 20 ms, and c's with them
-    rng = np.random.default_rng(4)
     times = np.arange(41) * 0.1
-    timeline = []
-    for i in range(40):
-        a_end = i * 0.1 + 0.03 + 1e-6 * float(rng.uniform())
-        b_end = a_end + 0.02 + 1e-6 * float(rng.uniform())
-        timeline += [("a", i * 0.1, a_end), ("b", a_end, b_end), ("c", b_end, (i + 1) * 0.1)]
+    timeline = _phases_a_microsecond_apart([0.03, 0.02])
     energies = _energies(timeline, times, {"a": 300.0, "b": 100.0, "c": 200.0})
     result = _attribute(timeline, times, energies, dating_error_s=1e-4)
     reason = "its share of the counter's windows varies hardly more than the publications' dating error: the windows " \
