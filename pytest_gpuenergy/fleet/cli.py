@@ -43,7 +43,8 @@ FORWARDED_ENV = ("GPUENERGY_SIM_SEED", "GPUENERGY_SIM_NOISE", "GPUENERGY_SIM_CLO
 def add_fleet_command(subparsers: Any) -> None:
     fleet = subparsers.add_parser(
         "fleet", help="run the suite on every GPU model of a Ray cluster, gate and report once",
-        usage="gpuenergy fleet [--address ADDR] [--per-model | --per-gpu] [options] -- PYTEST_ARGS...",
+        usage="gpuenergy fleet [--address ADDR] [--per-model | --per-gpu] [options]\n"
+              "                       -- PYTEST_ARGS...",
         description="Run PYTEST_ARGS as Ray tasks, one per GPU model (or one per GPU with pytest-xdist), bring "
                     "every run document back, and apply the gate and the reports once over all of them. "
                     "The gate's options (--energy-compare, --energy-fail, --energy-save, --energy-storage, "
