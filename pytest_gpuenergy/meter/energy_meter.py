@@ -30,7 +30,7 @@ from .lattice import Lattice
 from .op_classes import as_classes, check_by_op, merged_note, op_tracer
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
-from .results import BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
+from .results import COARSE_SHARE, BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
 
 if TYPE_CHECKING:
     from .watch import Watch
@@ -319,7 +319,7 @@ class EnergyMeter:
             region.resolve()
         if resized >= _MAX_RESIZES:
             return []
-        flags = [any(reading.coarse for reading in r.readings) for r in finished]
+        flags = [any(_too_wide(reading) for reading in r.readings) for r in finished]
         if self._group is not None:
             flags = self._group.agree_any(flags)      # every rank measures the same regions again
         coarse = [r for r, flag in zip(finished, flags) if flag]
@@ -518,6 +518,19 @@ def _coarse_note(region: Region, readings: Sequence[RegionEnergy]) -> str:
         f"[{reading.low_j:.4g}, {reading.high_j:.4g}] J; use energy_meter.measure(fn) to repeat it until it is "
         f"long enough, or measure more work"
     )
+
+
+def _too_wide(reading: RegionEnergy) -> bool:
+    """A region worth measuring again, larger: too short for the counter (fewer than two publications
+    inside), or its bound reaching further from the estimate than a result may before it is called
+    coarse (``COARSE_SHARE``): calls longer than a tenth of a period are planned to end just after a
+    publication from the warm-up call's time, and a per cent off over 40 calls leaves most of a period
+    partly seen at the end; the next region is planned from this one's measured time per call."""
+    if reading.coarse:
+        return True
+    if not reading.ets_j > 0:
+        return False
+    return max(reading.ets_j - reading.low_j, reading.high_j - reading.ets_j) / reading.ets_j > COARSE_SHARE
 
 
 def _calls_for(target_s: float, one_call_s: float) -> int:

@@ -319,7 +319,7 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
         lines += wrap(f"gpuenergy: note: {count} measured region{'s were' if count != 1 else ' was'} too short for the "
                       f"GPU's counter to resolve (coarse): the ETS is interpolated and its bound is wide (each case's "
                       f"notes say how wide); measure with energy_meter.measure(fn), which repeats the work until it is "
-                      f"long enough: {', '.join(cases[:5])}{' ...' if len(cases) > 5 else ''}", width)
+                      f"long enough (a test that does: a longer min_time): {', '.join(cases[:5])}{' ...' if len(cases) > 5 else ''}", width)
     for fixture, tests in unparametrised.items():
         count = len(tests)
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "
