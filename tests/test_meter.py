@@ -148,8 +148,8 @@ def test_long_calls_whose_warm_up_misjudged_them_are_measured_again_until_the_bo
     """Calls of 18 ms (more than a tenth of the counter's period) are planned to end just after a
     publication from the warm-up call's time. A warm-up 4 % slower than the calls after it (a first
     call's allocations) puts the planned end most of a period past a tick, and the bound 10 % wide
-    (seen in the main job at a 40 % cap); measure() then measures again, planned from the region's own
-    time per call, so that the result is not coarse."""
+    (seen in the main job at a 40 % cap); measure() then measures again, as many calls planned from
+    the region's own time per call, so that the result is not coarse."""
     meter = EnergyMeter(backend, backend.select(None))
     backend.sleep_until(backend.clock() + 0.3)                # the recorder learns the lattice meanwhile
     calls = []
@@ -161,7 +161,7 @@ def test_long_calls_whose_warm_up_misjudged_them_are_measured_again_until_the_bo
     result = meter.measure(step, min_time_s=0.5)
     share = max(result.ets_j - result.ets_low_j, result.ets_high_j - result.ets_j) / result.ets_j
     assert not result.coarse and share <= 0.05, result.describe()
-    assert len(calls) > 1 + 2 * 28, len(calls)                # a first region of about 28 calls, then a larger one
+    assert len(calls) >= 1 + 2 * 27, len(calls)               # the warm-up, a first region of about 28 calls, another
 
 
 def test_calls_that_declare_nothing_after_declared_work_are_measured_at_once_and_flagged(backend):

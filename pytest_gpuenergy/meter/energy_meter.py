@@ -152,6 +152,8 @@ class EnergyMeter:
             raise MeasurementError(f"energy_meter.phase({name!r}) inside phase {self._open_phase!r}: phases cannot "
                                    f"nest or overlap; end {self._open_phase!r} before starting {name!r}")
         self._open_phase = name
+        if region is not None:
+            region.read_every_tick()
         start = self.backend.mark_moment()
         try:
             yield
@@ -247,6 +249,8 @@ class EnergyMeter:
                 op_marks: list[tuple[str, float, float]] = []
                 with tracer.recording(op_marks) if tracer is not None else nullcontext():
                     region = self._marking = self._start_region(align=True, calls=calls)
+                    if tracer is not None:
+                        region.read_every_tick()      # the classes' attribution needs every publication
                     try:
                         done = self._fill(region, fn, args, kwargs, region.planned_calls or 1,
                                           target_s / 2 if calls else target_s)
@@ -263,10 +267,11 @@ class EnergyMeter:
                     calls = self._agree(max(calls or 1, _calls_for(target_s, region.duration / done)))
                 finished.append(region)
                 if len(finished) == repeat:
-                    dropped = self._drop_coarse(finished, resized)
+                    dropped, grow = self._drop_coarse(finished, resized)
                     if dropped:
                         resized += 1
-                        calls = max(calls, 2 * max(r.calls for r in dropped))
+                        if grow:
+                            calls = max(calls, 2 * max(r.calls for r in dropped))
         finally:
             for region in finished:
                 region.release()
@@ -312,20 +317,25 @@ class EnergyMeter:
             self.one_call_s = one_call_s
         return calls
 
-    def _drop_coarse(self, finished: list[Region], resized: int) -> list[Region]:
-        """Resolve the regions and take out (to be measured again, larger) those that came out
-        coarse, as long as enlarging them is still allowed."""
+    def _drop_coarse(self, finished: list[Region], resized: int) -> tuple[list[Region], bool]:
+        """Resolve the regions and take out, to be measured again with twice the calls, those that came
+        out coarse, as long as that is still allowed: too few publications inside, or a region planned
+        to start and end on ticks whose bound is still too wide (``_too_wide``: calls of 25-50 ms at a
+        low cap leave one edge tens of milliseconds into a period however the calls are planned).
+        Returns them, and whether there were any."""
         for region in finished:
             region.resolve()
         if resized >= _MAX_RESIZES:
-            return []
-        flags = [any(_too_wide(reading) for reading in r.readings) for r in finished]
+            return [], False
+        short = [any(reading.coarse for reading in r.readings) for r in finished]
+        missed = [r.aligned_to is not None and any(_too_wide(reading) for reading in r.readings) for r in finished]
         if self._group is not None:
-            flags = self._group.agree_any(flags)      # every rank measures the same regions again
-        coarse = [r for r, flag in zip(finished, flags) if flag]
-        for region in coarse:
+            short = self._group.agree_any(short)      # every rank measures the same regions again
+            missed = [False] * len(finished)          # (ranks start together: no region is planned to a tick)
+        dropped = [r for r, flag, miss in zip(finished, short, missed) if flag or miss]
+        for region in dropped:
             finished.remove(region)
-        return coarse
+        return dropped, bool(dropped)
 
     def _fill(self, region: Region, fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
               at_least_s: float) -> int:
@@ -521,13 +531,10 @@ def _coarse_note(region: Region, readings: Sequence[RegionEnergy]) -> str:
 
 
 def _too_wide(reading: RegionEnergy) -> bool:
-    """A region worth measuring again, larger: too short for the counter (fewer than two publications
-    inside), or its bound reaching further from the estimate than a result may before it is called
-    coarse (``COARSE_SHARE``): calls longer than a tenth of a period are planned to end just after a
-    publication from the warm-up call's time, and a per cent off over 40 calls leaves most of a period
-    partly seen at the end; the next region is planned from this one's measured time per call."""
-    if reading.coarse:
-        return True
+    """A bound reaching further from the estimate than a result may before it is called coarse
+    (``COARSE_SHARE``). Calls longer than a tenth of a period are planned to end just after a
+    publication from the warm-up call's time, and a per cent off over 40 calls leaves most of a
+    period partly seen at the end; the next region is planned from this one's measured time per call."""
     if not reading.ets_j > 0:
         return False
     return max(reading.ets_j - reading.low_j, reading.high_j - reading.ets_j) / reading.ets_j > COARSE_SHARE

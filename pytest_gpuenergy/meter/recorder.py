@@ -9,17 +9,26 @@ the lattice is being learned it polls finely near each expected tick until the v
 random lead so that successive brackets fall at different offsets and their intersection keeps
 narrowing. Once the lattice is known to a millisecond it reads just after each tick (and, one tick
 in four, just before it too, to follow the clock's drift): two reads per 100 ms at most.
+
+Inside a long region on real time it reads one tick in ``SPARSE_EVERY`` (the counter is cumulative:
+a region's energy needs the publications at its edges, not every one between them; each read and
+each wake-up costs a main thread that runs Python the GIL). It reads every tick for two periods
+after a region's start and after its end, throughout a region with phase marks (their attribution
+needs every window), for power readings (each one averages its own window) and on a simulator's
+virtual clock (no real time is lost there, and its figures stay as they were). A region's end wakes
+a sleeping recorder to read at once, so the publication just before the end is known.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +62,13 @@ VIRTUAL_WARM_UP_S = 0.6
 # to about that pace, finer than a 100 ms counter's ticks), and no tick is chased every millisecond.
 FAST_COUNTER_PERIOD_S = 0.005
 FAST_COUNTER_READ_S = 0.01
+SPARSE_EVERY = 8                 # inside a long region (see the module docstring): one tick in this many
+_DENSE_AFTER_EDGE_PERIODS = 2    # ...but every tick this many periods after a region's start or end
+
+
+class Skip(float):
+    """A wake-up time that may come early: the recorder sleeps through ticks inside a long region,
+    and the region's end wakes it (``ThreadDriver.nudge``)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,10 @@ class Recorder:
         self._read_cost_s = 0.0          # how long a read takes (a real H100: 2.4 ms): reads must start that much earlier
         self._since_refresh = _REFRESH_EVERY
         self._failing_since: float | None = None
+        self.sparse_allowed = False      # a real-time driver sets it (see the module docstring)
+        self._open_regions: set[int] = set()     # hold tokens of the regions started and not yet ended
+        self._every_tick: set[int] = set()       # ...of those that asked for every tick (phase marks)
+        self._dense_until = -math.inf
 
     # -- a copy of what it learned (a simulator's virtual clock only) ------------------------------
     def state(self, taken_at: float) -> RecorderState:
@@ -138,8 +158,34 @@ class Recorder:
             return self._next_hold
 
     def release(self, token: int) -> None:
+        self.region_ended(token)
         with self.changed:
             self._holds.pop(token, None)
+
+    def region_started(self, token: int, t0: float) -> None:
+        """A region (its hold ``token``) started at ``t0``: every tick for the next two periods."""
+        with self.changed:
+            self._open_regions.add(token)
+            self._dense_until = max(self._dense_until, t0 + _DENSE_AFTER_EDGE_PERIODS * self.period_s)
+
+    def every_tick(self, token: int) -> None:
+        """The region needs every publication (phase marks): no sparse reading while it is open."""
+        with self.changed:
+            if token in self._open_regions:
+                self._every_tick.add(token)
+
+    def region_ended(self, token: int, t1: float | None = None) -> None:
+        """The region ended at ``t1``: read at once if asleep, then every tick for two periods."""
+        with self.changed:
+            if token not in self._open_regions:
+                return
+            self._open_regions.discard(token)
+            self._every_tick.discard(token)
+            if t1 is not None:
+                self._dense_until = max(self._dense_until, t1 + _DENSE_AFTER_EDGE_PERIODS * self.period_s)
+        nudge = getattr(self.driver, "nudge", None)
+        if nudge is not None:
+            nudge()
 
     def raise_error(self) -> None:
         """Raise what stopped the recorder, if anything did."""
@@ -185,10 +231,38 @@ class Recorder:
             self._read()
         while True:
             expected = self._expected_tick()
-            if expected is not None and self.learner.confident(expected, max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)):
+            if expected is not None and self.learner.confident(expected, self._confident_within_s()):
+                if self._sparse(expected):
+                    expected = yield from self._skip(expected)
                 yield from self._around(expected)
             else:
                 yield from self._learn(expected)
+
+    def _confident_within_s(self) -> float:
+        """How well the lattice must be known to read only around its ticks: no better than its brackets
+        can be, which a slow read (2.4 ms on a real H100) and a late wake-up (a main thread that holds
+        the GIL: up to its 5 ms switch interval) widen; asking for more sends the recorder back to
+        polling, which costs that main thread every wake-up and gains nothing."""
+        return max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s, 1.5 * min(self._latency_s, sys.getswitchinterval()))
+
+    def _sparse(self, expected: float) -> bool:
+        """Whether to sleep through ticks: inside a long region without phase marks (module docstring)."""
+        with self.changed:
+            return (self.sparse_allowed and self.method == COUNTER and bool(self._open_regions)
+                    and not self._every_tick and expected - self.period_s > self._dense_until)
+
+    def _skip(self, expected: float) -> Generator[float, None, float]:
+        """Sleep through ``SPARSE_EVERY - 1`` ticks, read once half a period before the next (so that the
+        read around it compares with its predecessor's value), and return that tick. A region's end
+        wakes it early: then the read is at once (the publication just before the end) and the tick is
+        the next one."""
+        target = expected + (SPARSE_EVERY - 1) * self.period_s
+        yield Skip(target - 0.5 * self.period_s)
+        self._read()
+        lattice = self.learner.lattice
+        if lattice is None:
+            return target
+        return lattice.next_tick_after(self.clock())
 
     def _expected_tick(self) -> float | None:
         lattice = self.learner.lattice
@@ -308,16 +382,25 @@ class ThreadDriver(threading.Thread):
     def __init__(self, recorder: Recorder) -> None:
         super().__init__(name=f"gpuenergy-recorder-{recorder.gpu.index}", daemon=True)
         self.recorder = recorder
+        recorder.sparse_allowed = True
         self._stopping = threading.Event()
+        self._nudged = threading.Event()      # a region ended: a Skip's sleep ends early
 
     def run(self) -> None:
         recorder, clock = self.recorder, self.recorder.clock
         try:
             for wake in recorder.schedule():
                 delay = wake - clock()
-                if (delay > 0 and self._stopping.wait(delay)) or self._stopping.is_set():
+                if isinstance(wake, Skip):
+                    if delay > 0:
+                        self._nudged.wait(delay)
+                elif (delay > 0 and self._stopping.wait(delay)) or self._stopping.is_set():
                     return
-                recorder.woke(clock() - wake)
+                else:
+                    recorder.woke(clock() - wake)
+                if self._stopping.is_set():
+                    return
+                self._nudged.clear()      # before the plan decides again: a later end still wakes it
         except BaseException as exc:  # handed to the meter through recorder.error
             recorder.failed(exc)
         finally:
@@ -330,8 +413,13 @@ class ThreadDriver(threading.Thread):
             while recorder.error is None and self.is_alive() and not recorder.has_read_since(moment):
                 recorder.changed.wait(max(moment - recorder.clock(), 0.0) + 0.01)
 
+    def nudge(self) -> None:
+        """Wake a recorder sleeping through ticks (``Skip``): a region has ended."""
+        self._nudged.set()
+
     def stop(self) -> None:
         self._stopping.set()
+        self._nudged.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join()
 

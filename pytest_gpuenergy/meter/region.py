@@ -74,6 +74,8 @@ class Region:
         backend.count_cpu_work(True)
         self.anchor = backend.cuda_moment()    # on the GPU, idle since the synchronisation: dates the marks
         self.t0 = clock()
+        for recorder, token in zip(self.recorders, self.holds):
+            recorder.region_started(token, self.t0)
         self.t1 = math.nan
         self.calls = 1
         self.work_source: str | None = None
@@ -98,6 +100,8 @@ class Region:
     def end(self) -> None:
         self.backend.synchronize()
         self.t1 = self.clock()
+        for recorder, token in zip(self.recorders, self.holds):
+            recorder.region_ended(token, self.t1)
         self.backend.count_cpu_work(False)
         self._date_marks()
         if self.host is not None:
@@ -112,6 +116,11 @@ class Region:
             except BaseException:
                 self.release()
                 raise
+
+    def read_every_tick(self) -> None:
+        """Phase marks are coming: their attribution needs every publication of the region."""
+        for recorder, token in zip(self.recorders, self.holds):
+            recorder.every_tick(token)
 
     def _date_marks(self) -> None:
         """The marks on the meter's clock, now that the GPU has run them: CUDA events dated against the

@@ -1,0 +1,167 @@
+"""The recorder inside a long region on real time: one tick in SPARSE_EVERY, every tick at the edges and
+wherever phases are marked, and a region's end waking it to read at once (meter/recorder.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_gpuenergy.gpu.device import open_backend
+from pytest_gpuenergy.meter import EnergyMeter
+from pytest_gpuenergy.meter.recorder import SPARSE_EVERY, Recorder, Skip, ThreadDriver
+from pytest_gpuenergy.meter.results import COUNTER
+
+from helpers import spin
+
+
+@pytest.fixture
+def wall_backend(monkeypatch, sim_state):
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    backend = open_backend("sim")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def virtual_backend(sim_state):
+    backend = open_backend("sim")
+    yield backend
+    backend.close()
+
+
+def exact_j(backend, gpu, t0: float, t1: float) -> float:
+    nvml = backend.nvml
+    return (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+
+
+def reads_inside(meter: EnergyMeter) -> list:
+    t0, t1 = meter.last_region
+    return [r for r in meter.recorders[0].snapshot(t0, t1)[0] if t0 <= r.started <= t1]
+
+
+def learned_meter(backend) -> EnergyMeter:
+    meter = EnergyMeter(backend, backend.select(None))
+    meter.measure(spin, 0.01, min_time_s=0.3)          # the lattice learned, as a session's later regions find it
+    return meter
+
+
+@pytest.mark.slow
+def test_a_long_region_is_read_sparsely_and_its_bound_still_holds_the_truth(wall_backend):
+    meter = learned_meter(wall_backend)
+    with meter:
+        spin(2.0)
+    t0, t1 = meter.last_region
+    inside = reads_inside(meter)
+    # Every tick for two periods after the start, then one in SPARSE_EVERY (two reads each: one to
+    # compare with, one after the tick): dense reading took 20 or more (two ticks in eight bracketed).
+    assert len(inside) <= 2 + 2 * (20 // SPARSE_EVERY + 1) + 2, [round(r.started - t0, 3) for r in inside]
+    truth = exact_j(wall_backend, meter.gpus[0], t0, t1)
+    assert meter.result.ets_low_j <= truth <= meter.result.ets_high_j, (truth, meter.result.describe())
+    assert abs(meter.result.ets_j / truth - 1) < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length_s", [1.17, 1.22, 1.27])
+def test_the_publication_just_before_the_end_of_a_sparsely_read_region_is_read(wall_backend, length_s):
+    """Asleep through up to eight ticks when the region ends, the recorder is woken to read at once (or
+    was about to read around a tick anyway): the value published just before the end is known, so the
+    region's tail interval is one period, not eight (three lengths: the end at different points of
+    the recorder's sleep). The test's thread sleeps: a thread that spins Python makes the simulated
+    library's reads slow (it releases the GIL at every file operation, and waits up to 5 ms for it
+    each time), and a read that straddles a tick sees no publication cleanly, awake or not."""
+    meter = learned_meter(wall_backend)
+    recorder = meter.recorders[0]
+    with meter:
+        time.sleep(length_s)
+    _, t1 = meter.last_region
+    assert meter.result.ets_j > 0                         # resolved: the publications after the end are read
+    lattice = recorder.learner.lattice
+    tick = lattice.tick_at(lattice.index_before(t1))      # the last publication before the end
+    error = lattice.error_at(t1)
+    reads = recorder.snapshot(t1 - 1.0, t1 + 1.0)[0]
+    assert any(tick + error < r.started and r.ended < tick + lattice.period_s - error for r in reads), (
+        tick, [(round(r.started - tick, 3), round(r.ended - tick, 3)) for r in reads])
+
+
+@pytest.mark.slow
+def test_a_region_with_phase_marks_is_read_at_every_tick(wall_backend):
+    meter = learned_meter(wall_backend)
+    with meter:
+        for _ in range(20):
+            with meter.phase("work"):
+                spin(0.06)
+            spin(0.04)
+    inside = reads_inside(meter)
+    t0, t1 = meter.last_region
+    assert len(inside) >= 0.9 * (t1 - t0) / meter.recorders[0].period_s, len(inside)
+
+
+def test_on_a_virtual_clock_every_tick_is_read_as_before(virtual_backend):
+    meter = learned_meter(virtual_backend)
+    with meter:
+        virtual_backend.sleep_until(virtual_backend.clock() + 2.0)
+    inside = reads_inside(meter)
+    assert len(inside) >= 19, len(inside)                  # a tick every 100 ms: no sleeping through any
+    assert meter.recorders[0].sparse_allowed is False      # its plan never sleeps through a tick
+
+
+def test_a_sleep_through_ticks_ends_when_a_region_ends_and_not_otherwise(wall_backend):
+    """The driver's side: a Skip wake-up comes early on a nudge (a region's end), an ordinary one does not."""
+    recorder = Recorder(wall_backend.all_gpus[0], wall_backend.clock, COUNTER, seed="slot0")
+    woken = []
+
+    def plan():
+        yield Skip(recorder.clock() + 5.0)
+        woken.append(("skip", recorder.clock()))
+        yield recorder.clock() + 0.3
+        woken.append(("plain", recorder.clock()))
+        yield recorder.clock() + 60.0
+
+    recorder.schedule = plan
+    driver = ThreadDriver(recorder)
+    assert recorder.sparse_allowed                        # a real-time driver lets it sleep through ticks
+    driver.start()
+    try:
+        time.sleep(0.1)
+        nudged_at = recorder.clock()
+        driver.nudge()
+        time.sleep(0.05)
+        assert woken and woken[0][0] == "skip" and woken[0][1] - nudged_at < 0.04, woken
+        driver.nudge()                                    # an ordinary wait is not cut short
+        time.sleep(0.1)
+        assert len(woken) == 1, woken
+        time.sleep(0.3)
+        assert [w[0] for w in woken] == ["skip", "plain"]
+    finally:
+        driver.stop()
+    assert not driver.is_alive()
+
+
+def test_sparse_reading_needs_an_open_region_past_its_first_two_periods_and_no_marks(wall_backend):
+    recorder = Recorder(wall_backend.all_gpus[0], wall_backend.clock, COUNTER, seed="slot0")
+    recorder.sparse_allowed = True
+    period = recorder.period_s
+    assert not recorder._sparse(10.0)                     # no region open
+    recorder.region_started(1, 10.0)
+    assert not recorder._sparse(10.0 + 2.5 * period)      # the tick after next is still within two periods
+    assert recorder._sparse(10.0 + 3.5 * period)
+    recorder.every_tick(1)
+    assert not recorder._sparse(10.0 + 3.5 * period)      # phase marks: every publication
+    recorder.region_started(2, 10.0)
+    recorder.region_ended(1, 10.2)
+    assert not recorder._sparse(10.2 + 2.5 * period)      # every tick for two periods after an end
+    assert recorder._sparse(10.2 + 3.5 * period)          # the marked region ended; the other is open
+    recorder.release(2)                                   # released without an end (an error): closed too
+    assert not recorder._sparse(100.0)
+    recorder.sparse_allowed = False
+    assert not recorder._sparse(200.0)                    # a virtual clock's recorder never sleeps through
+
+
+def test_a_late_waking_thread_is_not_sent_back_to_polling_for_a_lattice_its_reads_cannot_better(wall_backend):
+    recorder = Recorder(wall_backend.all_gpus[0], wall_backend.clock, COUNTER, seed="slot0")
+    assert recorder._confident_within_s() == pytest.approx(0.004)
+    recorder.woke(0.004)                                  # the GIL held it 4 ms past its moment
+    assert recorder._confident_within_s() == pytest.approx(0.006)
+    recorder.woke(0.5)                                    # no more than the switch interval counts
+    assert recorder._confident_within_s() == pytest.approx(1.5 * 0.005)
