@@ -328,7 +328,9 @@ class EnergyMeter:
         if resized >= _MAX_RESIZES:
             return [], False
         short = [any(reading.coarse for reading in r.readings) for r in finished]
-        missed = [r.aligned_to is not None and any(_too_wide(reading) for reading in r.readings) for r in finished]
+        # (power readings' bounds rest on an assumption about the unseen time, wide at any length: counter only)
+        missed = [r.aligned_to is not None and any(_too_wide(reading) for reading in r.readings)
+                  and all(recorder.method == COUNTER for recorder in r.recorders) for r in finished]
         if self._group is not None:
             short = self._group.agree_any(short)      # every rank measures the same regions again
             missed = [False] * len(finished)          # (ranks start together: no region is planned to a tick)
