@@ -70,3 +70,27 @@ def test_an_error_in_working_it_out_is_raised_again_each_time_it_is_asked_for():
         with pytest.raises(RuntimeError, match="stuck"):
             pending.try_resolve()
     assert pending.resolved
+
+
+def test_the_limits_a_region_records_are_read_each_time_the_default_once(sim_state, monkeypatch):
+    """Without a cap, each region records the limit the GPU enforces then (another tool may have changed
+    it between two regions) and the board's default, which is a constant: one library call a region,
+    not ``limits()``'s four."""
+    from pytest_gpuenergy.gpu.device import open_backend
+    from pytest_gpuenergy.meter.region import current_limits
+
+    backend = open_backend("sim")
+    try:
+        gpu = backend.all_gpus[0]
+        asked = []
+        limits = gpu.limits
+        monkeypatch.setattr(gpu, "limits", lambda: asked.append(1) or limits())
+        first = current_limits([gpu])
+        gpu.set_limit_mw(350_000)                   # the simulated GPU; as `nvidia-smi -pl 350` would
+        second = current_limits([gpu])
+        assert first.enforced_w == {gpu.uuid: 700.0} and second.enforced_w == {gpu.uuid: 350.0}
+        assert first.default_w == second.default_w == {gpu.uuid: 700.0}
+        assert first.label == "current" and first.requested_w == {gpu.uuid: None}
+        assert len(asked) == 1                      # the default, once
+    finally:
+        backend.close()

@@ -137,6 +137,7 @@ class Gpu(ABC):
         self.simulated = simulated
         self.retry_backoff_s = SIM_RETRY_BACKOFF_S if simulated else RETRY_BACKOFF_S
         self._has_counter: bool | None = None
+        self._default_limit_mw: int | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.index}, {self.name!r})"
@@ -211,6 +212,13 @@ class Gpu(ABC):
     @abstractmethod
     def set_limit_mw(self, limit_mw: int) -> int:
         """Set the power limit; return the limit the GPU then enforces (read back: it may differ)."""
+
+    def default_limit_mw(self) -> int:
+        """The board's default power limit: a constant of the board, read once (every measured region
+        records it, and ``limits`` is four library calls)."""
+        if self._default_limit_mw is None:
+            self._default_limit_mw = self.limits().default_mw
+        return self._default_limit_mw
 
     # -- processes, partitions ------------------------------------------------------------------
     @abstractmethod

@@ -367,9 +367,8 @@ def as_measurement_error(gpu: Gpu, exc: BaseException) -> MeasurementError:
 
 
 def current_limits(gpus: Sequence[Gpu]) -> CapContext:
-    enforced, default = {}, {}
-    for gpu in gpus:
-        limits = gpu.limits()
-        enforced[gpu.uuid] = limits.enforced_mw / 1000.0
-        default[gpu.uuid] = limits.default_mw / 1000.0
+    """The limits a region runs at where no cap was asked for: read at every region (another tool may
+    have changed them), the enforced one only (the default is the board's, read once)."""
+    enforced = {gpu.uuid: gpu.enforced_limit_mw() / 1000.0 for gpu in gpus}
+    default = {gpu.uuid: gpu.default_limit_mw() / 1000.0 for gpu in gpus}
     return CapContext("current", {g.uuid: None for g in gpus}, enforced, default)

@@ -31,7 +31,7 @@ from ..host.recorder import HostRecorder, open_host
 from ..meter import CapContext, EnergyMeter
 from ..meter.distributed import current_group
 from ..meter.domains import merge_domains
-from ..meter.region import PendingResult
+from ..meter.region import PendingResult, current_limits
 from ..meter.results import EnergyResult, GpuResult
 from ..runs import PASSED, Outcome
 from ..runs.ids import node_id_of, split_region
@@ -348,10 +348,7 @@ class EnergySession:
         if cap is None and clock is None:
             return None
         if cap is None:
-            limits = {gpu.uuid: gpu.limits() for gpu in self.gpus}
-            context = CapContext("current", {uuid: None for uuid in limits},
-                                 {uuid: lim.enforced_mw / 1000.0 for uuid, lim in limits.items()},
-                                 {uuid: lim.default_mw / 1000.0 for uuid, lim in limits.items()})
+            context = current_limits(self.gpus)
         else:
             context = CapContext(
                 label=cap.label,

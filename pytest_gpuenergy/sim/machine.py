@@ -269,17 +269,18 @@ class SimulatedMachine:
         """
         with self.lock:
             wanted = {i for i in indices if 0 <= i < len(self.devices)}
+            if wanted == self.active:
+                return          # no hand-over (a meter's region on the GPUs its test holds already)
             for device in self.devices:
                 device.advance()
                 # A hand-over: the next holder's counter starts after this work. On a virtual clock
                 # no other process reads this one's counter: committing (a locked rewrite of the
                 # state file, about 10 ms) once a second is enough for the session's total.
                 due = not self.clock.virtual or self.wall_now() - device.last_commit_wall >= _COMMIT_PERIOD_S
-                if wanted != self.active and due:
+                if due:
                     device.commit()
-            if wanted != self.active:
-                self._set_active(wanted)
-                self.declared = False
+            self._set_active(wanted)
+            self.declared = False
 
     def simSynchronize(self) -> None:
         """Wait until the simulated GPUs have executed the work queued so far."""
