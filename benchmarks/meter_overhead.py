@@ -274,7 +274,8 @@ def goals(parts: list[dict]) -> list[common.Goal]:
             continue
         found.append(common.Goal(goal, worst, GOAL, worst <= GOAL, True,
                                  f"meter overhead, {mode} (simulated), regions >= {GOAL_FROM_S:g} s, python and torch "
-                                 f"work: worst {worst:.2%} (goal <= {GOAL:.1%})"))
+                                 f"work: worst {worst:.2%} (goal <= {GOAL:.1%}); estimated: fixed cost + the recorder's "
+                                 f"CPU outside the simulated library's calls (which pynvml makes without the GIL)"))
     return found
 
 
