@@ -171,9 +171,10 @@ def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tup
     from pytest_gpuenergy.meter import EnergyMeter
 
     meter = EnergyMeter(backend, [gpu])
+    recorder = meter.recorders[0]
     rows = []
     for length in lengths:
-        plain, measured = [], []
+        plain, measured, reads_per_s, cpu_ms_per_s = [], [], [], []
         for i in range(pairs if length < 5 else min(pairs, 3)):   # 10 s regions: three pairs (a minute)
             for with_meter in ((True, False) if i % 2 else (False, True)):
                 started = time.perf_counter()
@@ -181,12 +182,20 @@ def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tup
                     with meter:
                         work(length)
                     measured.append(meter.result.time_s)   # T; the wait for the next publication comes after
+                    # what the recorder's thread did meanwhile: its reads (each a wake-up that takes the
+                    # GIL) and its CPU time (since 2026-11-27 it reads one tick in eight inside a long region)
+                    t0, t1 = meter.last_region
+                    inside = [r for r in recorder.snapshot(t0, t1)[0] if t0 <= r.started <= t1]
+                    reads_per_s.append(len(inside) / (t1 - t0))
+                    cpu_ms_per_s.append(1000 * (meter.last_thread_cpu_s or 0.0) / (t1 - t0))
                 else:
                     work(length)
                     plain.append(time.perf_counter() - started)
         rows.append({"work": work_name, "region_s": length, "pairs": len(plain), "plain_median_s": statistics.median(plain),
                      "measured_median_s": statistics.median(measured),
-                     "overhead": statistics.median(measured) / statistics.median(plain) - 1})
+                     "overhead": statistics.median(measured) / statistics.median(plain) - 1,
+                     "recorder_reads_per_s": statistics.median(reads_per_s),
+                     "recorder_cpu_ms_per_s": statistics.median(cpu_ms_per_s)})
     return rows
 
 
@@ -448,9 +457,10 @@ def main() -> None:
         ], title="NVML read latency and the fixed cost of a region")
         over = overhead(backend, gpu, work, lengths.overhead_lengths_s, lengths.overhead_pairs)
         over += overhead(backend, gpu, common.spin_python, lengths.overhead_lengths_s[:1], lengths.overhead_pairs, "python")
-        common.print_table(["work", "region s", "pairs", "plain s", "measured s", "overhead"],
+        common.print_table(["work", "region s", "pairs", "plain s", "measured s", "overhead", "reads/s", "recorder CPU ms/s"],
                            [[r["work"], r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"],
-                             common.pct(r["overhead"], 2)] for r in over],
+                             common.pct(r["overhead"], 2), round(r["recorder_reads_per_s"], 1),
+                             round(r["recorder_cpu_ms_per_s"], 2)] for r in over],
                            title="Meter overhead on steady GPU work and on GIL-bound Python work")
         lattice = lattice_on_the_counter(backend, gpu, lengths.lattice_s)
         common.print_table(["figure", "value"], [[k, v] for k, v in lattice.items()],

@@ -242,8 +242,13 @@ class Recorder:
         """How well the lattice must be known to read only around its ticks: no better than its brackets
         can be, which a slow read (2.4 ms on a real H100) and a late wake-up (a main thread that holds
         the GIL: up to its 5 ms switch interval) widen; asking for more sends the recorder back to
-        polling, which costs that main thread every wake-up and gains nothing."""
-        return max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s, 1.5 * min(self._latency_s, sys.getswitchinterval()))
+        polling, which costs that main thread every wake-up and gains nothing. (The counter's bound
+        prices every publication's dating error; power readings are taken as dated, so for them the
+        lattice must still be known to a read's cost.)"""
+        within_s = max(_CONFIDENT_ERROR_S, 1.5 * self._read_cost_s)
+        if self.method != COUNTER:
+            return within_s
+        return max(within_s, 1.5 * min(self._latency_s, sys.getswitchinterval()))
 
     def _sparse(self, expected: float) -> bool:
         """Whether to sleep through ticks: inside a long region without phase marks (module docstring)."""

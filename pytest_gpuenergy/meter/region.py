@@ -92,6 +92,7 @@ class Region:
         self.op_marks: list[tuple[str, float, float]] = []
         self.op_classes: list[dict[str, PhaseFigures] | None] = []
         self.released = False
+        self.every_tick_asked = False
 
     @property
     def duration(self) -> float:
@@ -118,7 +119,10 @@ class Region:
                 raise
 
     def read_every_tick(self) -> None:
-        """Phase marks are coming: their attribution needs every publication of the region."""
+        """Phase marks are coming: their attribution needs every publication of the region (asked once)."""
+        if self.every_tick_asked:
+            return
+        self.every_tick_asked = True
         for recorder, token in zip(self.recorders, self.holds):
             recorder.every_tick(token)
 
