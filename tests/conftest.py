@@ -68,6 +68,16 @@ def backend(sim_state: Path) -> Iterator[Backend]:
 
 
 @pytest.fixture
+def wall_backend(sim_state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    """The same machine on the host's clock (``GPUENERGY_SIM_CLOCK=wall``): a recorder's thread runs
+    in real time there, as on a real GPU."""
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    opened = open_backend("sim")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def h100(backend: Backend) -> Gpu:
     """The simulated machine's first GPU (an H100 unless the test says otherwise)."""
     return backend.all_gpus[0]

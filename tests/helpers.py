@@ -321,6 +321,12 @@ def with_phases(doc: RunDocument, *, scale: dict[str, float] | None = None, seed
     return replace(doc, cases=tuple(cases))
 
 
+def exact_j(backend, gpu, t0: float, t1: float) -> float:
+    """The simulator's exact energy integral over [t0, t1] (the backend's clock is the simulator's)."""
+    nvml = backend.nvml
+    return (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+
+
 def marks_truth_j(library, handle, meter, calls: int, rest: str) -> dict[str, float]:
     """Each mark's name's exact energy per call inside the last region (the simulator's integral between
     the marks, ``simExactEnergyMj`` of NVML's or AMD SMI's stand-in), and ``rest`` for the unmarked time."""

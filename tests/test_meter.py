@@ -24,20 +24,7 @@ from pytest_gpuenergy.meter.recorder import VIRTUAL_WARM_UP_S
 from pytest_gpuenergy.meter.region import CPU_TIME_NOTE, NO_TIME_NOTE
 from pytest_gpuenergy.sim.models import GPU_MODELS
 
-from helpers import declare, spin
-
-
-@pytest.fixture
-def backend(sim_state):
-    opened = open_backend("sim")
-    yield opened
-    opened.close()
-
-
-def exact_j(backend, gpu, t0: float, t1: float) -> float:
-    """The simulator's exact energy integral over [t0, t1] (the backend's clock is the simulator's)."""
-    nvml = backend.nvml
-    return (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+from helpers import declare, exact_j, spin
 
 
 @pytest.mark.parametrize("gpus, faults, counter_read_ms, clock, methods", [

@@ -13,17 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpuenergy.errors import DeviceTransientError, MeasurementError
-from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.meter.recorder import Recorder, ThreadDriver
 from pytest_gpuenergy.meter.results import COUNTER
-
-
-@pytest.fixture
-def wall_backend(monkeypatch):
-    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
-    backend = open_backend("sim")
-    yield backend
-    backend.close()
 
 
 def recorder_on(backend) -> Recorder:

@@ -7,32 +7,11 @@ import time
 
 import pytest
 
-from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.recorder import SPARSE_EVERY, Recorder, Skip, ThreadDriver
 from pytest_gpuenergy.meter.results import COUNTER, SAMPLING
 
-from helpers import spin
-
-
-@pytest.fixture
-def wall_backend(monkeypatch, sim_state):
-    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
-    backend = open_backend("sim")
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
-def virtual_backend(sim_state):
-    backend = open_backend("sim")
-    yield backend
-    backend.close()
-
-
-def exact_j(backend, gpu, t0: float, t1: float) -> float:
-    nvml = backend.nvml
-    return (nvml.simExactEnergyMj(gpu.handle, t1) - nvml.simExactEnergyMj(gpu.handle, t0)) / 1000
+from helpers import exact_j, spin
 
 
 def reads_inside(meter: EnergyMeter) -> list:
@@ -99,10 +78,10 @@ def test_a_region_with_phase_marks_is_read_at_every_tick(wall_backend):
     assert len(inside) >= 0.9 * (t1 - t0) / meter.recorders[0].period_s, len(inside)
 
 
-def test_on_a_virtual_clock_every_tick_is_read_as_before(virtual_backend):
-    meter = learned_meter(virtual_backend)
+def test_on_a_virtual_clock_every_tick_is_read_as_before(backend):
+    meter = learned_meter(backend)
     with meter:
-        virtual_backend.sleep_until(virtual_backend.clock() + 2.0)
+        backend.sleep_until(backend.clock() + 2.0)
     inside = reads_inside(meter)
     assert len(inside) >= 19, len(inside)                  # a tick every 100 ms: no sleeping through any
     assert meter.recorders[0].sparse_allowed is False      # its plan never sleeps through a tick

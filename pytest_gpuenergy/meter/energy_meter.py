@@ -30,7 +30,7 @@ from .lattice import Lattice
 from .op_classes import as_classes, check_by_op, merged_note, op_tracer
 from .recorder import COUNTER, SAMPLING, Recorder, recorders_of
 from .region import CapContext, PendingResult, Region
-from .results import COARSE_SHARE, BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition
+from .results import COARSE_SHARE, BackendName, EnergyResult, GpuResult, PhaseFigures, PowerSource, Repetition, bound_share
 
 if TYPE_CHECKING:
     from .watch import Watch
@@ -267,11 +267,10 @@ class EnergyMeter:
                     calls = self._agree(max(calls or 1, _calls_for(target_s, region.duration / done)))
                 finished.append(region)
                 if len(finished) == repeat:
-                    dropped, grow = self._drop_coarse(finished, resized)
+                    dropped = self._drop_coarse(finished, resized)
                     if dropped:
                         resized += 1
-                        if grow:
-                            calls = max(calls, 2 * max(r.calls for r in dropped))
+                        calls = max(calls, 2 * max(r.calls for r in dropped))
         finally:
             for region in finished:
                 region.release()
@@ -317,16 +316,15 @@ class EnergyMeter:
             self.one_call_s = one_call_s
         return calls
 
-    def _drop_coarse(self, finished: list[Region], resized: int) -> tuple[list[Region], bool]:
+    def _drop_coarse(self, finished: list[Region], resized: int) -> list[Region]:
         """Resolve the regions and take out, to be measured again with twice the calls, those that came
         out coarse, as long as that is still allowed: too few publications inside, or a region planned
         to start and end on ticks whose bound is still too wide (``_too_wide``: calls of 25-50 ms at a
-        low cap leave one edge tens of milliseconds into a period however the calls are planned).
-        Returns them, and whether there were any."""
+        low cap leave one edge tens of milliseconds into a period however the calls are planned)."""
         for region in finished:
             region.resolve()
         if resized >= _MAX_RESIZES:
-            return [], False
+            return []
         short = [any(reading.coarse for reading in r.readings) for r in finished]
         # (power readings' bounds rest on an assumption about the unseen time, wide at any length: counter only)
         missed = [r.aligned_to is not None and any(_too_wide(reading) for reading in r.readings)
@@ -337,7 +335,7 @@ class EnergyMeter:
         dropped = [r for r, flag, miss in zip(finished, short, missed) if flag or miss]
         for region in dropped:
             finished.remove(region)
-        return dropped, bool(dropped)
+        return dropped
 
     def _fill(self, region: Region, fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int,
               at_least_s: float) -> int:
@@ -537,9 +535,8 @@ def _too_wide(reading: RegionEnergy) -> bool:
     (``COARSE_SHARE``). Calls longer than a tenth of a period are planned to end just after a
     publication from the warm-up call's time, and a per cent off over 40 calls leaves most of a
     period partly seen at the end; the next region is planned from this one's measured time per call."""
-    if not reading.ets_j > 0:
-        return False
-    return max(reading.ets_j - reading.low_j, reading.high_j - reading.ets_j) / reading.ets_j > COARSE_SHARE
+    share = bound_share(reading.ets_j, reading.low_j, reading.high_j)
+    return share is not None and share > COARSE_SHARE
 
 
 def _calls_for(target_s: float, one_call_s: float) -> int:

@@ -177,10 +177,14 @@ class Summary:
 
     @property
     def ets_bound_share(self) -> float | None:
-        """How far the bound reaches from the estimate, as a share of it (the larger side)."""
-        if self.ets_low_j is None or self.ets_high_j is None or not self.ets_j > 0:
-            return None
-        return max(self.ets_j - self.ets_low_j, self.ets_high_j - self.ets_j) / self.ets_j
+        return bound_share(self.ets_j, self.ets_low_j, self.ets_high_j)
+
+
+def bound_share(ets_j: float, low_j: float | None, high_j: float | None) -> float | None:
+    """How far a bound reaches from the estimate, as a share of it (the larger side; None where unknown)."""
+    if low_j is None or high_j is None or not ets_j > 0:
+        return None
+    return max(ets_j - low_j, high_j - ets_j) / ets_j
 
 
 def _mean_or_none(values: Sequence[float | None]) -> float | None:
