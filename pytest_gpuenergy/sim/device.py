@@ -280,13 +280,22 @@ class SimDevice:
     def last_tick(now: float, period_s: float, phase_s: float) -> float:
         return phase_s + ((now - phase_s) // period_s) * period_s
 
+    def reading_moment(self) -> float:
+        """When a reading taken after :meth:`advance` looks: the moment the timeline was brought up to,
+        not the clock's now. On the wall clock the advance may commit the state file, which waits for
+        the GIL at each file operation behind a main thread running Python (125 ms was seen): a
+        publication after the advance would average a window that work has not been flowed into yet
+        (the idle level, for a window that a later call fills), and a counter read twice would
+        show one publication with two values. On the virtual clock the two are the same."""
+        return min(self.owner.clock.now(), self.last_seen)
+
     def average_power_mw(self, window_s: float) -> int:
         """The power reading published last: the average over ``window_s`` before its publication,
         with the sensor's jitter (up to 0.5 W, the same for every reader of that publication). A
         real reading is never the same twice in a row; that is also how a reader sees a new one."""
         state = self.advance()
         period = self.spec.power_publish_s
-        published = self.last_tick(self.owner.clock.now(), period, self.power_phase_s)
+        published = self.last_tick(self.reading_moment(), period, self.power_phase_s)
         energy_mj = self.board_energy_mj_at(published, state) - self.board_energy_mj_at(published - window_s, state)
         tick = round((published - self.power_phase_s) / period)
         jitter_mw = zlib.crc32(f"{self.identity}/{tick}".encode()) % 1001 - 500

@@ -203,7 +203,7 @@ class SimulatedMachine:
         """The energy counter as published last: (whole ``quantum_mj`` counts, the moment it was
         published), with the ``counter_*`` faults applied (``counter_backwards``: 1 J less)."""
         state = device.advance()
-        now = self.clock.now()
+        now = device.reading_moment()
         moment = now if taken_at is None else min(taken_at, now)
         tick = device.last_tick(moment, device.spec.counter_period_s, device.counter_phase_s)
         read = self.faults.count("counter_read", device.index)
