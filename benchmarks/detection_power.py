@@ -179,25 +179,38 @@ HISTORY_THRESHOLDS = (2, 3)
 SESSION_EFFECTS = (0.0, 0.01, 0.02)     # log sd of a whole session's mean (0: the z-test limit's own assumption)
 
 
-def with_history(seed: int, noise: float, n: int, trials: int, session_sd: float, change: float,
-                 thresholds: Sequence[int]) -> dict[int, np.ndarray]:
-    """The gate as ``--energy-save`` runs it: HISTORY_RUNS saved sessions of the case (the last is the
-    baseline) whose repetitions' spread is pooled and whose means give the session noise, then the new run."""
-    from pytest_gpuenergy.gate.records import SessionNoise
+SUITE_CASES = 20                        # the cases of one suite whose saved sessions the gate shares (shared_noise)
+MIXED_CVS = (0.01, 0.02, 0.05)          # a suite whose cases differ: their noise ...
+MIXED_SESSIONS = (0.0, 0.01, 0.03)      # ... and how far apart their sessions are (log sd)
 
-    rng = np.random.default_rng([seed, int(round(noise * 10000)), n, int(round(session_sd * 10000)), 7])
-    sigma = math.sqrt(math.log1p(noise * noise))
-    mu = -0.5 * sigma * sigma
-    runs = BASE_ETS_J * np.exp(mu + sigma * rng.standard_normal((trials, HISTORY_RUNS + 1, n))
-                               + session_sd * rng.standard_normal((trials, HISTORY_RUNS + 1, 1)))
+
+def with_history(seed: int, noise: float, n: int, trials: int, session_sd: float, change: float,
+                 thresholds: Sequence[int], suite_cases: int = 1, mixed: bool = False) -> dict[int, np.ndarray]:
+    """The gate as ``--energy-save`` runs it: HISTORY_RUNS saved sessions of the case (the last is the
+    baseline) whose repetitions' spread is pooled and whose means give the session noise, then the new run.
+    ``suite_cases`` > 1: the trials are the cases of suites that many cases long, whose estimates are
+    moderated with each other's (``gate.shared_noise.share``, as ``gpuenergy compare`` does); ``mixed``:
+    the cases' noise and session effects cycle through MIXED_CVS x MIXED_SESSIONS instead."""
+    from pytest_gpuenergy.gate.records import SessionNoise
+    from pytest_gpuenergy.gate.shared_noise import share
+
+    key = [seed, int(round(noise * 10000)), n, int(round(session_sd * 10000)), 7]
+    rng = np.random.default_rng(key if (suite_cases, mixed) == (1, False) else [*key, suite_cases, int(mixed)])
+    case = np.arange(trials) % suite_cases
+    cvs = np.array([MIXED_CVS[c % 3] for c in case]) if mixed else np.full(trials, noise)
+    sds = np.array([MIXED_SESSIONS[(c // 3) % 3] for c in case]) if mixed else np.full(trials, session_sd)
+    sigma = np.sqrt(np.log1p(cvs * cvs))[:, None, None]
+    runs = BASE_ETS_J * np.exp(-0.5 * sigma * sigma + sigma * rng.standard_normal((trials, HISTORY_RUNS + 1, n))
+                               + sds[:, None, None] * rng.standard_normal((trials, HISTORY_RUNS + 1, 1)))
     runs[:, -1, :] *= 1 + change
     fails = {t: np.zeros(trials, dtype=bool) for t in thresholds}
-    for i in range(trials):
-        history = runs[i, :HISTORY_RUNS].tolist()
-        noise_estimate = SessionNoise.estimate(history)
-        for t in thresholds:
-            fails[t][i] = decide("ets", history[-1], runs[i, -1].tolist(), t, DEFAULT_CONFIDENCE,
-                                 noise_estimate).verdict == REGRESSION
+    for first in range(0, trials, suite_cases):
+        suite = range(first, min(first + suite_cases, trials))
+        noises = share({i: SessionNoise.estimate(runs[i, :HISTORY_RUNS].tolist()) for i in suite})
+        for i in suite:
+            for t in thresholds:
+                fails[t][i] = decide("ets", runs[i, HISTORY_RUNS - 1].tolist(), runs[i, -1].tolist(), t,
+                                     DEFAULT_CONFIDENCE, noises[i]).verdict == REGRESSION
     return fails
 
 
@@ -335,30 +348,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # -- with saved sessions: what --energy-save gives the gate -------------------------------------
     history_rows: list[dict[str, Any]] = []
-    for n in HISTORY_NS:
-        for t in HISTORY_THRESHOLDS:
-            history_rows.append({"noise_cv": HEADLINE[0], "n": n, "threshold_pct": t, "confidence": DEFAULT_CONFIDENCE,
-                                 "saved_runs": HISTORY_RUNS, "trials": args.history_trials,
-                                 "z_test_limit_detection": z_test_limit(HEADLINE[0], n, GOAL_CHANGE)})
-        detected = with_history(args.seed, HEADLINE[0], n, args.history_trials, 0.0, GOAL_CHANGE, HISTORY_THRESHOLDS)
-        alarms = {sd: with_history(args.seed, HEADLINE[0], n, args.history_trials, sd, 0.0, HISTORY_THRESHOLDS)
-                  for sd in SESSION_EFFECTS}
-        for row in history_rows[-len(HISTORY_THRESHOLDS):]:
-            t = row["threshold_pct"]
-            row["detection"], row["detection_se"] = rate(detected[t])
-            row["false_alarm"], row["false_alarm_se"] = rate(alarms[0.0][t])
-            row["false_alarm_with_session_effect"] = {f"{sd:g}": rate(alarms[sd][t])[0] for sd in SESSION_EFFECTS if sd}
+    for suite_cases in (1, SUITE_CASES):
+        for n in HISTORY_NS:
+            trials = args.headline_trials if n == HEADLINE[1] else args.history_trials    # the goal's cell: as the headline's
+            for t in HISTORY_THRESHOLDS:
+                history_rows.append({"noise_cv": HEADLINE[0], "n": n, "threshold_pct": t, "confidence": DEFAULT_CONFIDENCE,
+                                     "saved_runs": HISTORY_RUNS, "suite_cases": suite_cases, "trials": trials,
+                                     "z_test_limit_detection": z_test_limit(HEADLINE[0], n, GOAL_CHANGE)})
+            detected = with_history(args.seed, HEADLINE[0], n, trials, 0.0, GOAL_CHANGE, HISTORY_THRESHOLDS, suite_cases)
+            alarms = {sd: with_history(args.seed, HEADLINE[0], n, trials, sd, 0.0, HISTORY_THRESHOLDS, suite_cases)
+                      for sd in SESSION_EFFECTS}
+            mixed = with_history(args.seed, HEADLINE[0], n, trials, 0.0, 0.0, HISTORY_THRESHOLDS,
+                                 suite_cases, mixed=True) if suite_cases > 1 else None
+            for row in history_rows[-len(HISTORY_THRESHOLDS):]:
+                t = row["threshold_pct"]
+                row["detection"], row["detection_se"] = rate(detected[t])
+                row["false_alarm"], row["false_alarm_se"] = rate(alarms[0.0][t])
+                row["false_alarm_with_session_effect"] = {f"{sd:g}": rate(alarms[sd][t])[0] for sd in SESSION_EFFECTS if sd}
+                row["false_alarm_mixed_suite"] = rate(mixed[t])[0] if mixed is not None else None
     common.print_table(
-        ["n", "--energy-fail", "z-limit (+5%)", "detected (+5%)", "false alarms",
-         *[f"FA, sessions {sd:.0%} apart" for sd in SESSION_EFFECTS if sd]],
-        [[r["n"], f"ets:{r['threshold_pct']}%", fmt_rate(r["z_test_limit_detection"]), fmt_rate(r["detection"]),
-          fmt_rate(r["false_alarm"]), *[fmt_rate(v) for v in r["false_alarm_with_session_effect"].values()]]
+        ["n", "--energy-fail", "shared", "z-limit (+5%)", "detected (+5%)", "false alarms",
+         *[f"FA, sessions {sd:.0%} apart" for sd in SESSION_EFFECTS if sd], "FA, mixed suite"],
+        [[r["n"], f"ets:{r['threshold_pct']}%", f"{r['suite_cases']} cases" if r["suite_cases"] > 1 else "no",
+          fmt_rate(r["z_test_limit_detection"]), fmt_rate(r["detection"]), fmt_rate(r["false_alarm"]),
+          *[fmt_rate(v) for v in r["false_alarm_with_session_effect"].values()],
+          fmt_rate(r["false_alarm_mixed_suite"]) if r["false_alarm_mixed_suite"] is not None else "-"]
          for r in history_rows],
         title=f"The gate with {HISTORY_RUNS} saved sessions (the baseline and 9 before it), noise {HEADLINE[0]:.0%}, "
-              f"{args.history_trials} trials a cell (simulated samples): the repetitions' spread pooled over them")
+              f"{args.history_trials} trials a cell, {args.headline_trials} at n={HEADLINE[1]} (simulated samples): the "
+              f"repetitions' spread pooled over them; "
+              f"shared: each case's estimates moderated with those of a suite of {SUITE_CASES} cases (mixed suite: "
+              f"noise {'/'.join(f'{c:.0%}' for c in MIXED_CVS)}, sessions {'/'.join(f'{c:.0%}' for c in MIXED_SESSIONS)} apart)")
     if headline["available"]:
         headline["gate"] += [
-            {"setting": f"ets:{r['threshold_pct']}% with {HISTORY_RUNS} saved runs", "confidence": r["confidence"],
+            {"setting": f"ets:{r['threshold_pct']}% with {HISTORY_RUNS} saved runs"
+                        + (f", shared by {r['suite_cases']} cases" if r["suite_cases"] > 1 else ""),
+             "confidence": r["confidence"],
              "false_alarm": r["false_alarm"], "false_alarm_se": r["false_alarm_se"], "detection": r["detection"],
              "detection_se": r["detection_se"], "trials": r["trials"],
              "false_alarm_with_session_effect": r["false_alarm_with_session_effect"],

@@ -17,10 +17,12 @@ from ..runs.store import RunStore
 from .decide import both_bounds, decide
 from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, DOMAIN_METRICS, PHASE_METRIC, check_confidence, check_thresholds
+from .shared_noise import share
 from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, Verdict
 
 #: The baseline and at most this many runs before it inform the estimate of noise between sessions.
 HISTORY_RUNS = 10
+CaseKey = tuple[str, str, int]      # CaseEntry.key
 
 
 def compare_documents(
@@ -48,9 +50,12 @@ def compare_documents(
     old, new, outcome_note = _passed_cases(old, new)
     runs = _history_runs(old, new, [doc.passed_only() for doc in history])
     saved = _saved_by_key(runs)
-    cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else ())
-                  for o, n in _pair_cases(old.cases, new.cases))
-    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + outcome_note
+    pairs = _pair_cases(old.cases, new.cases)
+    noises = _session_noises(saved, [o.key for o, n in pairs if o is not None and n is not None])
+    cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else (),
+                                {m: by_key.get(o.key) for m, by_key in noises.items()} if o else {})
+                  for o, n in pairs)
+    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + _shared_note(noises) + outcome_note
     return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
 
 
@@ -129,6 +134,14 @@ def _session_note(runs: Sequence[RunDocument], old: RunDocument) -> str:
     return f"noise between sessions estimated per case from {len(runs)} saved runs (the baseline and those before it)"
 
 
+def _shared_note(noises: Mapping[str, Mapping[CaseKey, SessionNoise | None]]) -> tuple[str, ...]:
+    shared = max((sum(1 for n in by_key.values() if n is not None and n.shared) for by_key in noises.values()), default=0)
+    if not shared:
+        return ()
+    return (f"{shared} cases' noise estimates moderated with the other cases' (their saved sessions agree: "
+            f"more degrees of freedom, a sharper test; a case noisier than the rest keeps its own)",)
+
+
 def _refusal(old: RunDocument, new: RunDocument) -> str | None:
     if old.simulated != new.simulated or old.backend != new.backend:
         def side(doc: RunDocument) -> str:
@@ -145,9 +158,9 @@ def _refusal(old: RunDocument, new: RunDocument) -> str | None:
     return None
 
 
-def _saved_by_key(runs: Sequence[RunDocument]) -> dict[tuple[str, str, int], list[CaseEntry]]:
+def _saved_by_key(runs: Sequence[RunDocument]) -> dict[CaseKey, list[CaseEntry]]:
     """Every saved case by its key, in the runs' order: one pass, so a case's history is a look-up."""
-    saved: dict[tuple[str, str, int], list[CaseEntry]] = {}
+    saved: dict[CaseKey, list[CaseEntry]] = {}
     for doc in runs:
         for case in doc.cases:
             saved.setdefault(case.key, []).append(case)
@@ -185,9 +198,19 @@ def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tupl
     return pairs
 
 
+def _session_noises(saved: Mapping[CaseKey, Sequence[CaseEntry]],
+                    keys: Sequence[CaseKey]) -> dict[str, dict[CaseKey, SessionNoise | None]]:
+    """Per metric, the session noise of each compared case, moderated with the other cases' (``shared_noise``)."""
+    return {m: share({key: SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved.get(key, ())])
+                      for key in keys})
+            for m in METRICS}
+
+
 def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapping[str, float],
-                  confidence: float, saved: Sequence[CaseEntry] = ()) -> CaseComparison:
-    """One pair of cases; ``saved``: the baseline's case in the saved runs (the noise between sessions)."""
+                  confidence: float, saved: Sequence[CaseEntry] = (),
+                  noises: Mapping[str, SessionNoise | None] | None = None) -> CaseComparison:
+    """One pair of cases; ``saved``: the baseline's case in the saved runs (the noise between sessions),
+    ``noises``: per metric, the session noise they give, shared with the other cases (else this case's own)."""
     entry = new or old
     assert entry is not None
     if old is None or new is None:
@@ -195,7 +218,8 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
-               SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]), both_bounds(old, new, m))
+               noises[m] if noises is not None else SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]),
+               both_bounds(old, new, m))
         for m in METRICS
     )
     domains, domain_notes = _domain_changes(old, new, thresholds, confidence)

@@ -126,7 +126,8 @@ def decide(
     verdict, why = classify(Evidence(change, spread.low_pct, spread.high_pct, confidence, explained), threshold_pct)
     if explained and bounds is not None:
         why += f" ({_bounds_text(bounds, metric)})"
-    noise = "" if session is None else f", session noise {100 * session.cv:.1f} % from {session.runs} runs"
+    noise = "" if session is None else (f", session noise {100 * session.cv:.1f} % from {session.runs} runs"
+                                        + (" and the suite's other cases" if session.shared else ""))
     text = (f"{pct_text(change)} {interval_text(spread.low_pct, spread.high_pct)} (bounds one-sided at "
             f"{confidence_text(confidence)}, n={len(old)}/{len(new)}{noise}): {why}")
     hint = "" if verdict != INCONCLUSIVE else inconclusive_hint(
@@ -189,7 +190,7 @@ def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: floa
     terms = _within_terms(cv2_old, len(old), cv2_new, len(new), session)
     var_sessions = 2.0 * session.variance if session is not None else 0.0
     if session is not None:
-        terms.append((var_sessions, session.runs - 1))
+        terms.append((var_sessions, session.df))
     total = sum(variance for variance, _ in terms)
     log_ratio = math.log(new_mean / old_mean)
     dominates = var_sessions > total - var_sessions
@@ -202,7 +203,7 @@ def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: floa
 
 
 def _within_terms(cv2_old: float, old_n: int, cv2_new: float, new_n: int,
-                  session: SessionNoise | None) -> list[tuple[float, int]]:
+                  session: SessionNoise | None) -> list[tuple[float, float]]:
     """The repetitions' part of the log ratio's variance, as (variance, degrees of freedom) terms.
 
     Without saved sessions each run's mean carries its own sample's spread (Welch). With them, the

@@ -71,16 +71,27 @@ class MetricChange:
 @dataclass(frozen=True)
 class SessionNoise:
     """What the saved sessions of one case and metric say about its noise: how much a session's mean
-    moves between sessions (log scale), and the repetitions' own spread pooled over the sessions."""
+    moves between sessions (log scale), and the repetitions' own spread pooled over the sessions.
+    ``shared``: moderated with the same metric's estimates of the suite's other cases (``shared_noise``),
+    which adds to the degrees of freedom."""
 
-    variance: float                # s_b**2 of the log of a session's mean
-    runs: int                      # saved runs it was estimated from (its degrees of freedom: runs - 1)
+    variance: float                # s_b**2 of the log of a session's mean: between - within_of_mean, floored at 0
+    runs: int                      # saved runs it was estimated from
     within_cv2: float = 0.0        # the repetitions' squared CV, pooled over the saved runs
-    within_df: int = 0             # its degrees of freedom: the sum of (repetitions - 1) over the runs
+    within_df: float = 0           # its degrees of freedom: the sum of (repetitions - 1) over the runs
+    between: float = 0.0           # the sample variance of the log of the runs' means (runs - 1 degrees of freedom)
+    within_of_mean: float = 0.0    # what the repetitions' spread alone gives a run mean's log: mean of cv**2 / n
+    session_df: float | None = None    # the degrees of freedom of ``variance`` where not runs - 1 (shared)
+    shared: bool = False
 
     @property
     def cv(self) -> float:
         return math.sqrt(self.variance)
+
+    @property
+    def df(self) -> float:
+        """The degrees of freedom of ``variance``."""
+        return self.session_df if self.session_df is not None else self.runs - 1
 
     @classmethod
     def estimate(cls, runs: Sequence[Sequence[float]]) -> SessionNoise | None:
@@ -98,7 +109,7 @@ class SessionNoise:
         within = statistics.fmean(cv2 / len(r) for cv2, r in zip(spreads, usable))
         within_df = sum(len(r) - 1 for r in usable)
         pooled = sum((len(r) - 1) * cv2 for cv2, r in zip(spreads, usable)) / within_df if within_df else 0.0
-        return cls(max(0.0, between - within), len(usable), pooled, within_df)
+        return cls(max(0.0, between - within), len(usable), pooled, within_df, between, within)
 
 
 @dataclass(frozen=True)
