@@ -91,6 +91,7 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/gate/decide.py": _GATE,
     "pytest_gpuenergy/gate/records.py": ["tests/test_compare.py"],
     "pytest_gpuenergy/gate/settings.py": _GATE,
+    "pytest_gpuenergy/gate/shared_noise.py": [],    # tests/test_shared_noise.py
     "pytest_gpuenergy/gate/student_t.py": _GATE,
     "pytest_gpuenergy/gate/verdicts.py": _GATE,
     "pytest_gpuenergy/runs/ids.py": _RUNS,
