@@ -154,3 +154,54 @@ def test_the_session_terms_degrees_of_freedom_are_the_moderated_ones():
     wide, narrow = (decide("ets", old, new, 5.0, session=s) for s in (alone, shared))
     assert narrow.ci_low_pct > wide.ci_low_pct + 5, (wide.reason, narrow.reason)
     assert narrow.verdict == REGRESSION and wide.verdict != REGRESSION
+
+
+def test_cases_with_one_degree_of_freedom_count_and_those_with_none_do_not():
+    """Two saved runs give a case 1 degree of freedom: it counts towards the prior and is moderated;
+    a case with no spread to speak of (0) neither; exactly MIN_CASES usable cases are enough."""
+    rng = np.random.default_rng(2)
+    one = list(1e-4 * rng.chisquare(1, MIN_CASES))
+    assert prior(one, [1] * MIN_CASES) is not None
+    assert prior([*one, 3e-4], [*[1] * MIN_CASES, 0]) == prior(one, [1] * MIN_CASES)
+    assert prior(one[:-1], [1] * (MIN_CASES - 1)) is None
+    assert moderated(2e-4, 1, Prior(1e-4, 9)) == pytest.approx((1.1e-4, 10))
+
+
+def _noise(between: float, within_cv2: float, *, runs: int = 10, n: int = 5) -> SessionNoise:
+    within_of_mean = within_cv2 / n
+    return SessionNoise(max(0.0, between - within_of_mean), runs, within_cv2, runs * (n - 1), between, within_of_mean)
+
+
+def test_share_moderates_each_part_with_its_own_prior_and_keeps_every_field_consistent():
+    """Each case's between-run variance is moderated with the prior of all cases' (runs - 1 degrees of
+    freedom each), its repetitions' spread with theirs; what the spread adds to a run mean scales
+    with it, and the session variance is the difference of the two, as for a case alone."""
+    rng = np.random.default_rng(4)
+    noises = {i: _noise(float(b), float(w)) for i, (b, w) in
+              enumerate(zip(1e-4 * rng.chisquare(9, 12) / 9, 4e-4 * rng.chisquare(40, 12) / 40))}
+    between_prior = prior([n.between for n in noises.values()], [9] * 12)
+    within_prior = prior([n.within_cv2 for n in noises.values()], [40] * 12)
+    shared = share(noises)
+    for key, own in noises.items():
+        got = shared[key]
+        between, between_df = moderated(own.between, 9, between_prior)
+        within, within_df = moderated(own.within_cv2, 40, within_prior)
+        within_of_mean = own.within_of_mean * within / own.within_cv2
+        assert got.shared and got.runs == 10
+        assert got.between == pytest.approx(between) and got.df == pytest.approx(between_df)
+        assert got.within_cv2 == pytest.approx(within) and got.within_df == pytest.approx(within_df)
+        assert got.within_of_mean == pytest.approx(within_of_mean)
+        assert got.variance == pytest.approx(max(0.0, between - within_of_mean))
+
+
+def test_one_part_is_shared_where_only_it_can_be():
+    """Runs of one repetition each show no spread (no prior for it): their between-run variance is
+    still moderated, and what a run mean's spread adds stays 0."""
+    rng = np.random.default_rng(5)
+    noises = {i: SessionNoise(float(b), 10, 0.0, 0, float(b), 0.0) for i, b in enumerate(1e-4 * rng.chisquare(9, 8) / 9)}
+    shared = share(noises)
+    assert all(n.shared and n.within_of_mean == 0.0 and n.variance == n.between for n in shared.values())
+    assert len({round(n.between, 12) for n in shared.values()}) == 8        # moderated, not all the prior's
+    steady = {i: _noise(1e-4, float(w)) for i, w in enumerate(4e-4 * rng.chisquare(40, 8) / 40)}
+    steady = {i: replace(n, between=0.0, variance=0.0) for i, n in steady.items()}   # a deterministic session mean
+    assert all(n.shared and n.between == 0.0 for n in share(steady).values())

@@ -217,11 +217,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = state_of(config)
     if state is None:
         return []
-    if state.session is not None:
+    if state.session is not None:      # (whole lines, as pytest's own: a log searched for one finds it whole)
         return state.session.header_lines()
     if state.unavailable:
         return [f"gpuenergy: unavailable: {state.unavailable}"]
-    return ["gpuenergy: standing by: GPUs are opened when a test uses energy_meter, gpu_power_cap or gpu_clock_cap"]
+    return ["gpuenergy: standing by (no GPU opened until a test measures or caps one)"]
 
 
 # -- collection ------------------------------------------------------------------------------------
