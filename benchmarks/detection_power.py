@@ -350,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_rows: list[dict[str, Any]] = []
     for suite_cases in (1, SUITE_CASES):
         for n in HISTORY_NS:
-            trials = args.headline_trials if n == HEADLINE[1] else args.history_trials    # the goal's cell: as the headline's
+            # the goal's cell (the suite's, n = 5) with as many trials as the headline's, the others fewer
+            trials = args.headline_trials if (n, suite_cases) == (HEADLINE[1], SUITE_CASES) else args.history_trials
             for t in HISTORY_THRESHOLDS:
                 history_rows.append({"noise_cv": HEADLINE[0], "n": n, "threshold_pct": t, "confidence": DEFAULT_CONFIDENCE,
                                      "saved_runs": HISTORY_RUNS, "suite_cases": suite_cases, "trials": trials,
@@ -375,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           fmt_rate(r["false_alarm_mixed_suite"]) if r["false_alarm_mixed_suite"] is not None else "-"]
          for r in history_rows],
         title=f"The gate with {HISTORY_RUNS} saved sessions (the baseline and 9 before it), noise {HEADLINE[0]:.0%}, "
-              f"{args.history_trials} trials a cell, {args.headline_trials} at n={HEADLINE[1]} (simulated samples): the "
+              f"{args.history_trials} trials a cell, {args.headline_trials} for the suite at n={HEADLINE[1]} (simulated samples): the "
               f"repetitions' spread pooled over them; "
               f"shared: each case's estimates moderated with those of a suite of {SUITE_CASES} cases (mixed suite: "
               f"noise {'/'.join(f'{c:.0%}' for c in MIXED_CVS)}, sessions {'/'.join(f'{c:.0%}' for c in MIXED_SESSIONS)} apart)")
