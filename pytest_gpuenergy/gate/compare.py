@@ -15,7 +15,7 @@ from ..runs.records import CaseEntry, RunDocument
 from ..runs.shards import case_baseline
 from ..runs.store import RunStore
 from .decide import both_bounds, decide
-from .records import COMPARED, MISSING, NEW, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
+from .records import COMPARED, MISSING, NEW, THRESHOLD_ONLY, CaseComparison, Comparison, MetricChange, RunInfo, SessionNoise
 from .settings import DEFAULT_CONFIDENCE, DOMAIN_METRICS, PHASE_METRIC, check_confidence, check_thresholds
 from .shared_noise import share
 from .verdicts import CHANGED, DECREASE, IMPROVEMENT, INCONCLUSIVE, INCREASE, REGRESSION, UNCHANGED, Verdict
@@ -55,7 +55,7 @@ def compare_documents(
     cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else (),
                                 {m: by_key.get(o.key) for m, by_key in noises.items()} if o else {})
                   for o, n in pairs)
-    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + _shared_note(noises) + outcome_note
+    notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + _shared_note(cases, noises) + outcome_note
     return Comparison(old.run_id, new.run_id, info_old, info_new, cases, notes, True, thresholds, confidence)
 
 
@@ -134,12 +134,18 @@ def _session_note(runs: Sequence[RunDocument], old: RunDocument) -> str:
     return f"noise between sessions estimated per case from {len(runs)} saved runs (the baseline and those before it)"
 
 
-def _shared_note(noises: Mapping[str, Mapping[CaseKey, SessionNoise | None]]) -> tuple[str, ...]:
-    shared = max((sum(1 for n in by_key.values() if n is not None and n.shared) for by_key in noises.values()), default=0)
-    if not shared:
+def _shared_note(cases: Sequence[CaseComparison], noises: Mapping[str, Mapping[CaseKey, SessionNoise | None]]) -> tuple[str, ...]:
+    """How many cases a moderated estimate decided (a case with one repetition a side is decided by
+    the threshold alone: the noise does not enter)."""
+    def shared(case: CaseComparison) -> bool:
+        return case.old is not None and any(
+            m.method != THRESHOLD_ONLY and not m.phase and m.domain == "gpu"
+            and getattr(noises.get(m.metric, {}).get(case.old.key), "shared", False) for m in case.metrics)
+    count = sum(1 for case in cases if shared(case))
+    if not count:
         return ()
-    return (f"{shared} cases' noise estimates moderated with the other cases' (their saved sessions agree: "
-            f"more degrees of freedom, a sharper test; a case noisier than the rest keeps its own)",)
+    return (f"{count} case{'s' if count != 1 else ''}' noise estimates moderated with the other cases' (their saved "
+            f"sessions agree: more degrees of freedom, a sharper test; a case noisier than the rest keeps its own)",)
 
 
 def _refusal(old: RunDocument, new: RunDocument) -> str | None:
