@@ -215,8 +215,8 @@ def _session_noises(saved: Mapping[CaseKey, Sequence[CaseEntry]],
 def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapping[str, float],
                   confidence: float, saved: Sequence[CaseEntry] = (),
                   noises: Mapping[str, SessionNoise | None] | None = None) -> CaseComparison:
-    """One pair of cases; ``saved``: the baseline's case in the saved runs (the noise between sessions),
-    ``noises``: per metric, the session noise they give, shared with the other cases (else this case's own)."""
+    """One pair of cases; ``saved``: the baseline's case in the saved runs (its phases' noise between
+    sessions), ``noises``: per metric, the noise between sessions (``_session_noises``), if known."""
     entry = new or old
     assert entry is not None
     if old is None or new is None:
@@ -224,8 +224,7 @@ def _compare_case(old: CaseEntry | None, new: CaseEntry | None, thresholds: Mapp
         return CaseComparison(entry.key, entry.test, entry.cap, entry.gpu_name, status, (), status, old, new)
     metrics = tuple(
         decide(m, old.samples(METRIC_FIELDS[m]), new.samples(METRIC_FIELDS[m]), thresholds.get(m), confidence,
-               noises[m] if noises is not None else SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved]),
-               both_bounds(old, new, m))
+               (noises or {}).get(m), both_bounds(old, new, m))
         for m in METRICS
     )
     domains, domain_notes = _domain_changes(old, new, thresholds, confidence)
