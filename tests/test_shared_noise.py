@@ -136,7 +136,7 @@ def test_the_comparison_moderates_its_cases_and_says_so():
     runs = [make_doc(seed=seed, workloads=workloads, caps_w=(300.0,), n=5, minutes=10 * seed) for seed in range(4)]
     new = make_doc(seed=9, workloads=workloads, caps_w=(300.0,), n=5, minutes=60, scale={"w3": 1.3})
     comparison = compare_documents(runs[-1], new, {"ets": 5.0}, history=runs)
-    assert any("10 cases' noise estimates moderated with the other cases'" in n for n in comparison.notes)
+    assert any("10 cases' noise estimates were moderated with the other cases'" in n for n in comparison.notes)
     reasons = [case.metric("ets").reason for case in comparison.cases]
     assert all("and the suite's other cases" in r for r in reasons)
     assert [case.verdict for case in comparison.cases if case.verdict == REGRESSION] == [REGRESSION]
@@ -147,6 +147,10 @@ def test_the_comparison_moderates_its_cases_and_says_so():
     by_threshold = compare_documents(singles[-2], singles[-1], {"ets": 5.0}, history=singles[:-1])
     assert all("threshold only" in c.metric("ets").reason for c in by_threshold.cases)   # the noise never enters
     assert not any("moderated" in n for n in by_threshold.notes)
+    one_tested = [replace(doc, cases=tuple(c if c.case_id.endswith("[w3-300W]") else replace(c, repetitions=c.repetitions[:1])
+                                           for c in doc.cases)) for doc in (*runs, new)]
+    single = compare_documents(one_tested[-2], one_tested[-1], {"ets": 5.0}, history=one_tested[:-1])
+    assert any(n.startswith("1 case's noise estimates were moderated") for n in single.notes), single.notes
 
 
 def test_the_session_terms_degrees_of_freedom_are_the_moderated_ones():

@@ -52,7 +52,7 @@ def compare_documents(
     saved = _saved_by_key(runs)
     pairs = _pair_cases(old.cases, new.cases)
     noises = _session_noises(saved, [o.key for o, n in pairs if o is not None and n is not None])
-    cases = tuple(_compare_case(o, n, thresholds, confidence, saved.get(o.key, ()) if o else (),
+    cases = tuple(_compare_case(o, n, thresholds, confidence, saved[o.key] if o else (),   # (the baseline is one of the runs)
                                 {m: by_key.get(o.key) for m, by_key in noises.items()} if o else {})
                   for o, n in pairs)
     notes = tuple(_machine_notes(old, new)) + (_session_note(runs, old),) + _shared_note(cases, noises) + outcome_note
@@ -137,15 +137,13 @@ def _session_note(runs: Sequence[RunDocument], old: RunDocument) -> str:
 def _shared_note(cases: Sequence[CaseComparison], noises: Mapping[str, Mapping[CaseKey, SessionNoise | None]]) -> tuple[str, ...]:
     """How many cases a moderated estimate decided (a case with one repetition a side is decided by
     the threshold alone: the noise does not enter)."""
-    def shared(case: CaseComparison) -> bool:
-        return case.old is not None and any(
-            m.method != THRESHOLD_ONLY and not m.phase and m.domain == "gpu"
-            and getattr(noises.get(m.metric, {}).get(case.old.key), "shared", False) for m in case.metrics)
-    count = sum(1 for case in cases if shared(case))
+    count = sum(1 for case in cases if case.status == COMPARED and case.old is not None and any(
+        m.method != THRESHOLD_ONLY and getattr(noises[m.metric][case.old.key], "shared", False) for m in case.metrics))
     if not count:
         return ()
-    return (f"{count} case{'s' if count != 1 else ''}' noise estimates moderated with the other cases' (their saved "
-            f"sessions agree: more degrees of freedom, a sharper test; a case noisier than the rest keeps its own)",)
+    whose = "1 case's noise estimates were" if count == 1 else f"{count} cases' noise estimates were"
+    return (f"{whose} moderated with the other cases' (their saved sessions agree: more degrees of freedom, a "
+            f"sharper test; a case noisier than the rest keeps its own)",)
 
 
 def _refusal(old: RunDocument, new: RunDocument) -> str | None:
@@ -207,7 +205,7 @@ def _pair_cases(old: Sequence[CaseEntry], new: Sequence[CaseEntry]) -> list[tupl
 def _session_noises(saved: Mapping[CaseKey, Sequence[CaseEntry]],
                     keys: Sequence[CaseKey]) -> dict[str, dict[CaseKey, SessionNoise | None]]:
     """Per metric, the session noise of each compared case, moderated with the other cases' (``shared_noise``)."""
-    return {m: share({key: SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved.get(key, ())])
+    return {m: share({key: SessionNoise.estimate([case.samples(METRIC_FIELDS[m]) for case in saved[key]])
                       for key in keys})
             for m in METRICS}
 
