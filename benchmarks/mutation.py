@@ -88,8 +88,8 @@ MODULES: dict[str, list[str]] = {
     # every function of them: over two minutes per survivor under load); records.py's own file is
     # tests/test_gate_records.py, and the comparison that builds its records is tested in test_compare.py
     "pytest_gpuenergy/gate/compare.py": ["tests/test_compare.py", "tests/test_shared_noise.py"],   # (and the suite's shared noise)
-    "pytest_gpuenergy/gate/decide.py": _GATE,
-    "pytest_gpuenergy/gate/records.py": ["tests/test_compare.py"],
+    "pytest_gpuenergy/gate/decide.py": [*_GATE, "tests/test_shared_noise.py"],
+    "pytest_gpuenergy/gate/records.py": ["tests/test_compare.py", "tests/test_shared_noise.py"],
     "pytest_gpuenergy/gate/settings.py": _GATE,
     "pytest_gpuenergy/gate/shared_noise.py": [],    # tests/test_shared_noise.py
     "pytest_gpuenergy/gate/student_t.py": _GATE,

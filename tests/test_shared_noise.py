@@ -213,3 +213,16 @@ def test_one_part_is_shared_where_only_it_can_be():
     steady = {i: _noise(1e-4, float(w)) for i, w in enumerate(4e-4 * rng.chisquare(40, 8) / 40)}
     steady = {i: replace(n, between=0.0, variance=0.0) for i, n in steady.items()}   # a deterministic session mean
     assert all(n.shared and n.between == 0.0 for n in share(steady).values())
+
+
+def test_a_cases_estimate_keeps_the_parts_that_sharing_moderates():
+    """SessionNoise.estimate: the variance of the log run means (runs - 1 degrees of freedom) and what
+    the repetitions' spread alone adds to it (the mean of cv**2 / n), whose difference is the session
+    variance; sharing moderates the two parts separately."""
+    runs = [[1.0, 1.02, 0.98], [1.05, 1.04, 1.06, 1.05], [0.97, 0.99]]
+    noise = SessionNoise.estimate(runs)
+    means = [float(np.mean(r)) for r in runs]
+    between = float(np.var(np.log(means), ddof=1))
+    within_of_mean = float(np.mean([np.var(np.array(r) / m, ddof=1) / len(r) for r, m in zip(runs, means)]))
+    assert noise.between == pytest.approx(between) and noise.within_of_mean == pytest.approx(within_of_mean)
+    assert noise.variance == pytest.approx(between - within_of_mean) and noise.df == 2 and not noise.shared
