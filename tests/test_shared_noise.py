@@ -138,7 +138,7 @@ def test_the_comparison_moderates_its_cases_and_says_so():
     comparison = compare_documents(runs[-1], new, {"ets": 5.0}, history=runs)
     assert any("10 cases' noise estimates were moderated with the other cases'" in n for n in comparison.notes)
     reasons = [case.metric("ets").reason for case in comparison.cases]
-    assert all("and the suite's other cases" in r for r in reasons)
+    assert all("from 4 runs and the suite's other cases): " in r for r in reasons), reasons[0]
     assert [case.verdict for case in comparison.cases if case.verdict == REGRESSION] == [REGRESSION]
     assert "w3" in next(c.case_id for c in comparison.cases if c.verdict == REGRESSION)
     alone = compare_documents(runs[-1], new, {"ets": 5.0}, history=runs[-1:])     # one saved run: nothing to share
