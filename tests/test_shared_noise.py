@@ -226,3 +226,21 @@ def test_a_cases_estimate_keeps_the_parts_that_sharing_moderates():
     within_of_mean = float(np.mean([np.var(np.array(r) / m, ddof=1) / len(r) for r, m in zip(runs, means)]))
     assert noise.between == pytest.approx(between) and noise.within_of_mean == pytest.approx(within_of_mean)
     assert noise.variance == pytest.approx(between - within_of_mean) and noise.df == 2 and not noise.shared
+
+
+def test_gpuenergy_compare_shares_the_suites_noise_as_a_user_runs_it(tmp_path, capsys):
+    """``gpuenergy compare`` over a storage folder with four saved sessions of ten cases: the command's
+    report says the cases' estimates were moderated, names the one regression, and exits 1."""
+    from pytest_gpuenergy.cli import compare as compare_cli
+    from pytest_gpuenergy.runs.store import RunStore
+
+    store = RunStore(tmp_path / ".energy")
+    workloads = [f"w{i}" for i in range(10)]
+    for seed in range(4):
+        store.save(make_doc(seed=seed, workloads=workloads, caps_w=(300.0,), n=5, minutes=10 * seed))
+    new = store.save(make_doc(seed=9, workloads=workloads, caps_w=(300.0,), n=5, minutes=60, scale={"w3": 1.3}))
+    code = compare_cli.main(["compare", "latest", str(new), "--storage", str(tmp_path / ".energy"), "--fail", "ets:5%"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1, out
+    assert "10 cases' noise estimates were moderated with the other cases'" in out
+    assert "1 regressed" in out and "w3-300W" in out
