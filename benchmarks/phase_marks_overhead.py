@@ -18,8 +18,8 @@ Host time is the main thread's CPU time per step (``time.thread_time``): what th
 host's work. The variants are interleaved **step by step** inside one measured region a round:
 plain, manual marks and watch, in an order that rotates from step to step, so that the host's drift
 (on a shared VM a plain step's CPU time moves by a third from one tenth of a second to the next)
-falls on all three alike. Watch runs on a copy of the model (its hooks stay on for the round) and
-plain and manual marks on the other; the copies swap roles every round. A variant's added time is
+falls on all three alike, all on the same model (its caches as warm for each); watch is entered for
+its own step only (inside the region, as a test may). A variant's added time is
 the median over steps of (its step - the plain step beside it), with its standard error; the
 figure is that added time / 20 ms, the larger of watch's and the manual marks'. Beside it, the
 **direct** cost of the manual marks: the thread time inside ``energy_meter.phase``'s enter and exit
@@ -110,9 +110,7 @@ def _median_and_se(values: list[float]) -> tuple[float, float]:
 
 def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
     """Host CPU time per step of each variant, interleaved step by step in one measured region a round."""
-    import copy
-
-    import torch
+    import contextlib
 
     from pytest_gpuenergy.gpu.device import open_backend
     from pytest_gpuenergy.meter.energy_meter import EnergyMeter
@@ -126,8 +124,6 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
         # CPU work: a model whose step takes about 20 ms of this thread; simulated: a tiny one, and the
         # 20 ms are the GPU's (forward 5, backward 10, update 2, other 3), declared where each runs.
         model, optimizer, batch = _model(16 if simulated else _width_for_20_ms())
-        twin = copy.deepcopy(model)
-        models = [(model, optimizer), (twin, torch.optim.SGD(twin.parameters(), lr=1e-3))]
         shares = {"forward": 0.25, "backward": 0.5, "update": 0.1, "other": 0.15}
 
         def declare(phase: str) -> None:
@@ -139,19 +135,21 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
         added: dict[str, list[float]] = {"watch": [], "marks": []}
         direct: list[float] = []
 
-        def one_round(number: int, count: int, keep: bool) -> None:
-            (watched, watched_opt), (other, other_opt) = models if number % 2 == 0 else models[::-1]
-            with meter.watch(watched, watched_opt), meter:
+        def one_round(count: int, keep: bool) -> None:
+            with meter:
                 for index in range(count):
                     took = {}
                     for variant in VARIANTS[index % 3:] + VARIANTS[:index % 3]:     # the order rotates
-                        net, opt = (watched, watched_opt) if variant == "watch" else (other, other_opt)
-                        spent = [0.0]
-                        queued = backend.queue_time()
-                        started = time.thread_time()
-                        _step(net, opt, batch, meter, variant == "marks", declare, spent)
-                        took[variant] = time.thread_time() - started
-                        gpu_s = backend.queue_time() - queued
+                        # watch is entered for its step only (inside the region, as a test may):
+                        # its hooks' installing and removing are outside the timed step
+                        watching = meter.watch(model, optimizer) if variant == "watch" else contextlib.nullcontext()
+                        with watching:
+                            spent = [0.0]
+                            queued = backend.queue_time()
+                            started = time.thread_time()
+                            _step(model, optimizer, batch, meter, variant == "marks", declare, spent)
+                            took[variant] = time.thread_time() - started
+                            gpu_s = backend.queue_time() - queued
                         if keep:
                             host[variant].append(took[variant])
                             gpu[variant].append(gpu_s)
@@ -163,9 +161,9 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
             if len(meter.last_marks) != 3 * 2 * count:
                 raise SystemExit(f"{len(meter.last_marks)} marks in {count} steps of watch and manual marks, expected 6 a step")
 
-        one_round(1, 5, keep=False)                      # warm-up: first calls, lattice learning
-        for number in range(rounds):
-            one_round(number, steps, keep=True)
+        one_round(5, keep=False)                         # warm-up: first calls, lattice learning
+        for _ in range(rounds):
+            one_round(steps, keep=True)
     finally:
         backend.close()
     row: dict[str, Any] = {"case": case, "steps_per_round": steps, "rounds": rounds, "marks_per_step": 3,
