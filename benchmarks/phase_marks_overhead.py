@@ -20,8 +20,13 @@ plain, manual marks and watch, in an order that rotates from step to step, so th
 (on a shared VM a plain step's CPU time moves by a third from one tenth of a second to the next)
 falls on all three alike, all on the same model (its caches as warm for each); watch is entered for
 its own step only (inside the region, as a test may). A variant's added time is
-the median over steps of (its step - the plain step beside it), with its standard error; the
-figure is that added time / 20 ms, the larger of watch's and the manual marks'. Beside it, the
+the median over steps of (its step - the plain step beside it), with its standard error. The
+goal's figure, like ``meter_overhead``'s, is **estimated without the simulated library's CPU**: the
+thread time inside ``simQueuedUntil``, the call that dates a mark on the simulator (on the CPU-time
+proxy it first queues the CPU work done so far on the simulated GPU, about 80 us after a large
+CPU step), is taken out of each step, since on a real GPU a mark records a CUDA event instead; the
+figure is that added time / 20 ms, the larger of watch's and the manual marks', and the added time
+with the library's CPU is printed beside it. Beside them, the
 **direct** cost of the manual marks: the thread time inside ``energy_meter.phase``'s enter and exit
 (the rest of what they add is indirect: caches the marks' own code emptied). The step's GPU time
 (the simulated queue's advance per step) must not move with marks: no mark waits. The goal
@@ -74,6 +79,27 @@ class _TimedMark:
         started = time.thread_time()
         self.mark.__exit__(*exc_info)
         self.spent[0] += time.thread_time() - started
+
+
+class _LibraryCpu:
+    """The thread time spent inside the simulated library's ``simQueuedUntil`` (what dates a mark on
+    the simulator) while ``counting``: the simulator's bookkeeping, which a real GPU replaces by
+    recording a CUDA event. Installed on the library object the backend calls."""
+
+    def __init__(self, library: Any) -> None:
+        self.call = library.simQueuedUntil
+        self.counting = False
+        self.spent_s = 0.0
+        library.simQueuedUntil = self
+
+    def __call__(self) -> float:
+        if not self.counting:
+            return float(self.call())
+        started = time.thread_time()
+        try:
+            return float(self.call())
+        finally:
+            self.spent_s += time.thread_time() - started
 
 
 def _step(model: Any, optimizer: Any, batch: Any, meter: Any, marks: bool, declare: Callable[[str], None],
@@ -133,12 +159,14 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
         host: dict[str, list[float]] = {v: [] for v in VARIANTS}
         gpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
         added: dict[str, list[float]] = {"watch": [], "marks": []}
+        added_without_library: dict[str, list[float]] = {"watch": [], "marks": []}
         direct: list[float] = []
+        library = _LibraryCpu(backend.nvml)
 
         def one_round(count: int, keep: bool) -> None:
             with meter:
                 for index in range(count):
-                    took = {}
+                    took, in_library = {}, {}
                     for variant in VARIANTS[index % 3:] + VARIANTS[:index % 3]:     # the order rotates
                         # watch is entered for its step only (inside the region, as a test may):
                         # its hooks' installing and removing are outside the timed step
@@ -146,9 +174,12 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
                         with watching:
                             spent = [0.0]
                             queued = backend.queue_time()
+                            library.spent_s, library.counting = 0.0, True
                             started = time.thread_time()
                             _step(model, optimizer, batch, meter, variant == "marks", declare, spent)
                             took[variant] = time.thread_time() - started
+                            library.counting = False
+                            in_library[variant] = library.spent_s
                             gpu_s = backend.queue_time() - queued
                         if keep:
                             host[variant].append(took[variant])
@@ -158,6 +189,8 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
                     if keep:
                         for variant, differences in added.items():
                             differences.append(took[variant] - took["plain"])
+                            added_without_library[variant].append(
+                                (took[variant] - in_library[variant]) - (took["plain"] - in_library["plain"]))
             if len(meter.last_marks) != 3 * 2 * count:
                 raise SystemExit(f"{len(meter.last_marks)} marks in {count} steps of watch and manual marks, expected 6 a step")
 
@@ -171,19 +204,24 @@ def measure_case(case: str, steps: int, rounds: int) -> dict[str, Any]:
     for variant in VARIANTS:
         row[f"{variant}_host_s"] = statistics.median(host[variant])
         row[f"{variant}_step_s"] = statistics.median(gpu[variant])
-    plain_host_s = statistics.median(host["plain"])
     for variant in ("watch", "marks"):
-        # The share is of a 20 ms step: for CPU work the host's own step; simulated, the GPU's 20 ms,
-        # which the host's launches run ahead of.
+        # The share is of a 20 ms step, the goal's: a mark's cost is per mark, not per millisecond of
+        # step, and the CPU-work step, sized to 20 ms when the run starts, takes 16 to 34 ms of this
+        # VM's CPU from one run to the next (simulated, the GPU's 20 ms, which the launches run ahead of).
         median_s, se_s = _median_and_se(added[variant])
-        of_s = STEP_S if simulated else plain_host_s
+        of_s = STEP_S
         row[f"{variant}_added_host_s"] = median_s
         row[f"{variant}_added_se_s"] = se_s
         row[f"{variant}_share"] = median_s / of_s
         row[f"{variant}_share_se"] = se_s / of_s
         row[f"{variant}_step_moved"] = statistics.median(gpu[variant]) / statistics.median(gpu["plain"]) - 1
+        # The estimate the goal reads, as meter_overhead's: without the simulated library's CPU (here
+        # the simulator's bookkeeping at each mark, a CUDA event's record on a real GPU)
+        estimate_s, estimate_se_s = _median_and_se(added_without_library[variant])
+        row[f"{variant}_estimated_share"] = estimate_s / of_s
+        row[f"{variant}_estimated_share_se"] = estimate_se_s / of_s
     row["marks_direct_host_s"] = statistics.median(direct)
-    row["marks_direct_share"] = row["marks_direct_host_s"] / (STEP_S if simulated else plain_host_s)
+    row["marks_direct_share"] = row["marks_direct_host_s"] / STEP_S
     return row
 
 
@@ -214,21 +252,25 @@ def main() -> None:
     started = time.time()
     with common.private_sim("H100"):
         rows = [measure_case("CPU work", steps, rounds), measure_case("simulated", steps, rounds)]
-    worst = max(max(row["watch_share"], row["marks_share"]) for row in rows)
-    goals = [{"goal": "phase_marks_overhead", "figure": worst, "target": GOAL, "met": worst <= GOAL, "simulated": True}]
+    measured = max(max(row["watch_share"], row["marks_share"]) for row in rows)
+    worst = max(max(row["watch_estimated_share"], row["marks_estimated_share"]) for row in rows)
+    goals = [common.Goal("phase_marks_overhead", worst, GOAL, worst <= GOAL, True,
+                         f"phase marks (simulated H100): worst {worst:+.2%} of a 20 ms step (goal <= {GOAL:.0%}); "
+                         f"estimated without the simulated library's CPU at each mark (a CUDA event's record on a "
+                         f"real GPU); with it {measured:+.2%}").record()]
 
-    def share(row: dict[str, Any], variant: str) -> str:
-        return f"{row[variant + '_share']:+.2%} ±{row[variant + '_share_se']:.2%}"
+    def share(row: dict[str, Any], variant: str, kind: str = "") -> str:
+        return f"{row[variant + kind + '_share']:+.2%} ±{row[variant + kind + '_share_se']:.2%}"
 
     common.print_table(
-        ["step", "plain host ms", "watch: added ms", "share ± se", "marks: added ms", "share ± se", "marks direct",
-         "step moved", "goal", "met"],
-        [[r["case"], r["plain_host_s"] * 1e3, r["watch_added_host_s"] * 1e3, share(r, "watch"),
-          r["marks_added_host_s"] * 1e3, share(r, "marks"), f"{r['marks_direct_share']:.2%}",
+        ["step", "plain host ms", "watch: added", "without sim library", "marks: added", "without sim library",
+         "marks direct", "step moved", "goal", "met"],
+        [[r["case"], r["plain_host_s"] * 1e3, share(r, "watch"), share(r, "watch", "_estimated"), share(r, "marks"),
+          share(r, "marks", "_estimated"), f"{r['marks_direct_share']:.2%}",
           f"{max(r['watch_step_moved'], r['marks_step_moved'], key=abs):+.2%}",
-          f"<= {GOAL:.0%}", max(r["watch_share"], r["marks_share"]) <= GOAL] for r in rows],
-        title=f"phase marks: host time added to a 20 ms step ({rounds} rounds of {steps} steps of each variant, "
-              f"interleaved; simulated H100)")
+          f"<= {GOAL:.0%}", max(r["watch_estimated_share"], r["marks_estimated_share"]) <= GOAL] for r in rows],
+        title=f"phase marks: host time added to a 20 ms step, ± its standard error ({rounds} rounds of {steps} steps "
+              f"of each variant, interleaved; simulated H100)")
     path = common.write_result(NAME, {"description": __doc__.splitlines()[0], "rows": rows, "goals": goals},
                                quick=args.quick, started=started, out_dir=args.out,
                                simulated_gpus=["NVIDIA H100 80GB HBM3 (simulated)"])
