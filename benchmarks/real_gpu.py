@@ -16,8 +16,8 @@ runs work at whatever limit the GPU has (which the result records). Four parts:
    reference workloads (residual, vgg, transformer, training); the coefficient of variation of ETS.
 4. **Short windows**: ``with meter:`` windows of 50 ms to 1 s, inside steady work and on an idle
    GPU, against the long-run power between two counter ticks ~20 s apart.
-5. **Read costs**: the latency of one energy-counter and one power read, and what an empty
-   ``with meter:`` region adds.
+5. **Read costs**: the latency of one energy-counter and one power read, of one phase mark's
+   moment (a CUDA event's record), and what an empty ``with meter:`` region adds.
 6. **Overhead**: the same steady work for 1 s and 10 s, unmeasured and inside ``with meter:``,
    interleaved; the median wall-time ratio minus one; and GIL-bound Python work for 1 s.
 7. **The recorder's lattice on the real counter**: after the meter's recorder has learned the
@@ -352,9 +352,14 @@ def read_costs(backend: Any, gpu: Any, reads: int = 2000, regions: int = 12) -> 
         added.append(meter.result.time_s)
         waited.append(time.perf_counter() - started - meter.result.time_s)
         thread_cpu.append(meter.last_thread_cpu_s)
+    # What one phase mark's moment costs the host (a CUDA event recorded on the current stream where
+    # torch's CUDA is in use; the simulator's queue time on the simulator): phase_marks_overhead's
+    # goal figure leaves the simulator's out, and this is what a real GPU puts in its place.
+    with meter:
+        mark = latency_us(backend.mark_moment, max(reads // 10, 1))
     # Each region also asks, from the test's own thread, for the GPU's running processes (at its start
     # and end) and its limits (once): what --energy-all costs a short test on a real GPU is mostly these.
-    return {"energy_read": latency_us(gpu.energy_mj), "power_read": latency_us(gpu.power_mw),
+    return {"energy_read": latency_us(gpu.energy_mj), "power_read": latency_us(gpu.power_mw), "mark_moment": mark,
             "processes_read": latency_us(gpu.processes, max(reads // 10, 1)),
             "limits_read": latency_us(gpu.limits, max(reads // 10, 1)),
             "empty_region_ms_median": 1e3 * statistics.median(added), "empty_region_ms_max": 1e3 * max(added),
@@ -452,6 +457,8 @@ def main() -> None:
             ["running processes read, median / p99 us",
              f"{costs['processes_read']['median_us']:.1f} / {costs['processes_read']['p99_us']:.1f}"],
             ["limits read (4 calls), median / p99 us", f"{costs['limits_read']['median_us']:.1f} / {costs['limits_read']['p99_us']:.1f}"],
+            ["phase mark's moment (CUDA event), median / p99 us",
+             f"{costs['mark_moment']['median_us']:.1f} / {costs['mark_moment']['p99_us']:.1f}"],
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")

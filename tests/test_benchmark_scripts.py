@@ -262,6 +262,7 @@ def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_
     assert comparison["counter_period_s"] == pytest.approx(0.1, abs=0.01)   # the simulator's documented period
     assert abs(comparison["sampling_vs_counter"]) < 0.05
     assert [row["workload"] for row in result["repeatability"]] == ["transformer-infer-tiny"]   # --smoke: one, inference
+    assert 0 < result["read_costs"]["mark_moment"]["median_us"] <= result["read_costs"]["mark_moment"]["p99_us"]
 
 
 @pytest.mark.slow
