@@ -154,10 +154,17 @@ def test_energy_top_lists_the_heaviest_cases_within_80_columns(pytester, monkeyp
     assert any(line.startswith("GPU energy over the session: ") and "kWh" in line for line in section)
 
 
+def session_total(text: str) -> tuple[float, float]:
+    """The session's total GPU energy (J) and time (s) from the ``--energy-top`` line."""
+    found = re.search(r"GPU energy over the session: ([0-9.]+) (k?)J .*? on 1 GPU in\s+([0-9.]+) s", text)
+    assert found is not None, text
+    return float(found.group(1)) * (1000.0 if found.group(2) else 1.0), float(found.group(3))
+
+
 def test_the_session_total_holds_its_measured_regions_when_their_gpu_time_outruns_the_wall_clock(pytester):
     """On the simulator a test's declared work takes virtual time (2 s here) in milliseconds of wall
     time; the session's total counts the GPU idle through that time too, so the regions' share of it
-    can never pass 100 %."""
+    can never pass 100 %, and lasts that long too, so that its mean power is one the GPU can draw."""
     pytester.makepyfile(test_long=declare_source() + "".join(f"\ndef test_{i}():\n    declare(2.0)\n" for i in range(3)))
     result = pytester.runpytest("--energy-all", "--energy-top=3")
     result.assert_outcomes(passed=3)
@@ -165,6 +172,23 @@ def test_the_session_total_holds_its_measured_regions_when_their_gpu_time_outrun
     share = re.search(r"GPU energy over the session: .*? \(([0-9.]+) %\) in the measured regions of 3 cases", text)
     assert share is not None, text
     assert 50.0 < float(share.group(1)) <= 100.0
+    energy_j, time_s = session_total(text)
+    assert time_s >= 6.0 and 70.0 < energy_j / time_s <= 700.0      # an H100: idle 70 W, at most 700 W
+
+
+def test_a_session_of_short_tests_draws_no_more_than_its_gpu_can(pytester):
+    """Sixty tests of 5 ms of CPU work (the simulator's CPU-time proxy): each test's virtual world also
+    holds the meter's recorder learning the counter and waiting for its publications, which a real
+    GPU's meter does once a session and in the background. The session's total counts none of that
+    time, so it stays the energy of the session's wall time: not 2 kW from a 700 W GPU."""
+    pytester.makepyfile(test_short=spin_source() + "".join(f"\ndef test_{i}():\n    spin(0.005)\n" for i in range(60)))
+    result = pytester.runpytest_subprocess("--energy-all", "--energy-top=3", "-p", "no:randomly")
+    result.assert_outcomes(passed=60)
+    text = " ".join(result.stdout.lines)
+    energy_j, time_s = session_total(text)
+    assert 70.0 <= energy_j / time_s <= 700.0, text
+    share = re.search(r"\(([0-9.]+) %\) in the measured regions of 60 cases", text)
+    assert share is not None and 5.0 < float(share.group(1)) <= 100.0, text
 
 
 # -- budgets files ---------------------------------------------------------------------------------

@@ -305,3 +305,53 @@ def test_a_reading_is_as_of_the_moment_the_call_brought_the_gpu_up_to_even_after
                 assert value_mj == int(lib.simExactEnergyMj(handle, published)), published
     finally:
         lib.nvmlShutdown()
+
+
+def test_a_sessions_wall_clock_total_counts_the_worlds_work_beyond_the_wall_clock_not_the_meters_waits(virtual):
+    """Each test's virtual world: the meter's recorder learns and waits on the virtual clock (a real
+    GPU's meter learns once a session and reads in the background), the test works for a while. Only
+    what a real session would also have taken may lengthen the session's total: the declared work's
+    time, not the two seconds of waiting around it."""
+    handle = virtual.nvmlDeviceGetHandleByIndex(0)
+    virtual.simUseDevices([0])
+    before_mj, before_s, waits_started = virtual.simWallEnergyMj(handle), virtual.simBeyondWallS(handle), time.time()
+    virtual.simBeginTest("test_waits_only", [0])
+    virtual.simCountCpuWork(False)
+    virtual.simSleepUntil(virtual.simClock().now() + 1.0)      # a recorder learning, then waiting
+    wall_started = time.time()
+    virtual.simBeginTest("test_works", [0])
+    waited_j = (virtual.simWallEnergyMj(handle) - before_mj) / 1000
+    assert waited_j <= 70.0 * 1.05 * (time.time() - waits_started) + 0.1   # idle through the wall time alone, not 70 J
+    assert virtual.simBeyondWallS(handle) == before_s
+    virtual.simCountCpuWork(False)
+    virtual.simSleepUntil(virtual.simClock().now() + 0.6)      # learning
+    virtual.simCountCpuWork(True)                              # the region
+    virtual.simDeclareWork(COMPUTE_STEP)
+    virtual.simSynchronize()
+    virtual.simCountCpuWork(False)
+    region_s = virtual.simClock().now() - 0.6
+    virtual.simSleepUntil(virtual.simClock().now() + 0.4)      # waiting for the publications
+    virtual.simBeginTest("next", [0])
+    wall_s = time.time() - wall_started
+    beyond_s = virtual.simBeyondWallS(handle) - before_s
+    assert region_s > 0.2 and wall_s < 0.1
+    assert region_s - wall_s <= beyond_s <= region_s            # the work, less the wall time it took; no wait
+    drawn_j = (virtual.simWallEnergyMj(handle) - before_mj) / 1000
+    assert drawn_j < 700 * (beyond_s + 1.0)                     # never more than the GPU can draw in that time
+
+
+def test_work_declared_outside_a_measured_region_lengthens_the_sessions_total_too(virtual):
+    """A test that launches GPU work and measures none of it: the GPU's busy time is what a real session
+    would have spent, region or not."""
+    handle = virtual.nvmlDeviceGetHandleByIndex(0)
+    virtual.simUseDevices([0])
+    virtual.simBeginTest("test_unmeasured", [0])
+    before_s = virtual.simBeyondWallS(handle)
+    virtual.simCountCpuWork(False)
+    started = virtual.simClock().now()
+    virtual.simDeclareWork(COMPUTE_STEP)
+    virtual.simSynchronize()
+    busy_s = virtual.simClock().now() - started
+    virtual.simBeginTest("next", [0])
+    assert busy_s > 0.2
+    assert virtual.simBeyondWallS(handle) - before_s == pytest.approx(busy_s, abs=0.1)

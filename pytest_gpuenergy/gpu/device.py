@@ -340,12 +340,11 @@ class Backend:
         """The simulator's ``declared`` or ``cpu-time`` (what stood for GPU work); None on real GPUs."""
         return None
 
-    def session_energy_mj(self, gpu: Gpu) -> float | None:
+    def session_reading(self, gpu: Gpu) -> tuple[float | None, float]:
         """What the GPU's energy counter says now, for a total over a whole session (None without a
-        counter). Read directly, not at a publication: up to one period behind."""
-        if not gpu.has_energy_counter():
-            return None
-        return float(gpu.energy_mj())
+        counter; read directly, not at a publication: up to one period behind), and the seconds the
+        session ran beyond the wall clock (the simulator's tests' virtual worlds; 0 on real GPUs)."""
+        return (float(gpu.energy_mj()) if gpu.has_energy_counter() else None), 0.0
 
     def synchronize(self) -> None:
         """Wait until queued GPU work has finished, so a reading covers exactly that work.
@@ -429,9 +428,11 @@ class SimulatedBackend(Backend):
     def sim_work_source(self) -> str | None:
         return str(self.nvml.simWorkSource())
 
-    def session_energy_mj(self, gpu: Gpu) -> float | None:
-        """The simulator's wall-clock model of the counter (``simWallEnergyMj``): its tests' own time is virtual."""
-        return float(self.nvml.simWallEnergyMj(getattr(gpu, "handle", None)))
+    def session_reading(self, gpu: Gpu) -> tuple[float | None, float]:
+        """The simulator's wall-clock model of the counter (``simWallEnergyMj``; its tests' own time is
+        virtual) and the time their worlds kept the GPU occupied beyond the wall clock (``simBeyondWallS``)."""
+        handle = getattr(gpu, "handle", None)
+        return float(self.nvml.simWallEnergyMj(handle)), float(self.nvml.simBeyondWallS(handle))
 
     def synchronize(self) -> None:
         self.nvml.simSynchronize()

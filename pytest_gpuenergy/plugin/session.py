@@ -175,11 +175,15 @@ class EnergySession:
         return self.claim.order
 
     def _session_energy(self) -> tuple[float, dict[str, float | None]]:
+        """The session's moment (its wall time, and the time the simulator's tests' worlds ran beyond
+        it: the energy counts the GPUs idle through that too) and each GPU's energy counter."""
         backend = self._require_backend()
         try:
-            return time.monotonic(), {gpu.uuid: backend.session_energy_mj(gpu) for gpu in self.gpus}
+            readings = {gpu.uuid: backend.session_reading(gpu) for gpu in self.gpus}
         except DeviceError:
             return time.monotonic(), {}
+        beyond_s = max((beyond for _, beyond in readings.values()), default=0.0)
+        return time.monotonic() + beyond_s, {uuid: energy for uuid, (energy, _) in readings.items()}
 
     def session_total(self) -> SessionTotal | None:
         """The GPUs' energy over the session so far, from their counters (None without counters):

@@ -59,6 +59,7 @@ class SimDevice:
         self.pending_cpu_s = 0.0             # virtual clock: CPU-proxy work not yet queued
         self.own_committed_mj = 0.0
         self.carried_mj = 0.0                # energy above idle of earlier tests' worlds, not committed yet
+        self.carried_s = 0.0                 # the time those worlds ran beyond the wall clock, not committed yet
         self.last_commit = now
         self.last_commit_wall = owner.wall_now()
         self.region_time_factor = 1.0
@@ -236,17 +237,19 @@ class SimDevice:
         now = self.last_seen
         pending = self.unsaved_mj()
         self.last_commit, self.last_commit_wall = now, self.owner.wall_now()
-        if pending <= 0:
+        beyond_s = self.carried_s
+        if pending <= 0 and beyond_s <= 0:
             return self.state_file.read()
         wall, pid = self.owner.wall_now(), os.getpid()
 
         def add(state: GpuState) -> GpuState:
             kept = tuple(c for c in state.recent_commits if c[0] >= wall - COMMITS_KEPT_S)
-            return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((wall, pid, pending),))
+            return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((wall, pid, pending),),
+                           beyond_wall_s=state.beyond_wall_s + beyond_s)
 
         state = self.state_file.update(add, durable=False)
         self.own_committed_mj += pending - self.carried_mj
-        self.carried_mj = 0.0
+        self.carried_mj = self.carried_s = 0.0
         return state
 
     # -- what the libraries show ---------------------------------------------------------------------

@@ -176,6 +176,10 @@ class SimulatedLibrary:
         """The GPU's energy since its state began, on the host's wall clock (the session's total)."""
         return self.machine.wall_energy_mj(self._any_device(handle))
 
+    def simBeyondWallS(self, handle: SimDeviceHandle) -> float:
+        """The time tests' virtual worlds kept the GPU occupied beyond the wall clock (the session's total lasts that longer)."""
+        return self.machine.beyond_wall_s(self._any_device(handle))
+
     def simExactEnergyMj(self, handle: SimDeviceHandle, moment: float | None = None) -> float:
         """The model's exact energy integral (not quantised, not delayed) at ``moment`` on its clock."""
         return self.machine.exact_energy_mj(self._any_device(handle), moment)

@@ -67,6 +67,9 @@ class GpuState:
     # power limit, a lock outlives the process that set it (until a reset or a reboot).
     locked_sm_min_mhz: int = 0
     locked_sm_max_mhz: int = 0
+    # The time tests' virtual worlds kept the GPU occupied beyond the host's wall clock, committed by
+    # all processes (``SimulatedMachine._world_idle_excess_s``): a session's total lasts that much longer.
+    beyond_wall_s: float = 0.0
 
     @property
     def sm_clock_locked(self) -> bool:

@@ -43,6 +43,7 @@ class Timeline:
         self.segments: deque[Segment] = deque()
         self.end = now                 # the end of the last segment: the GPU is free from here on
         self.total_mj = 0.0            # energy above idle of all segments, up to ``end``
+        self.busy_s = 0.0              # the length of all segments: the time the GPU is (or was) busy
 
     def busy_at(self, moment: float) -> bool:
         return self.end > moment
@@ -90,4 +91,5 @@ class Timeline:
         else:
             self.segments.append(Segment(start, end, dynamic_w, self.total_mj))
         self.total_mj += dynamic_w * (end - start) * 1000.0
+        self.busy_s += end - start
         self.end = max(self.end, end)
