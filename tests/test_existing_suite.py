@@ -174,6 +174,9 @@ def test_the_session_total_holds_its_measured_regions_when_their_gpu_time_outrun
     assert 50.0 < float(share.group(1)) <= 100.0
     energy_j, time_s = session_total(text)
     assert time_s >= 5.5 and 60.0 < energy_j / time_s <= 700.0      # 3 x 2 s; an H100: idle 70 W, at most 700 W
+    beyond = re.search(r"in [0-9.]+ s \(sim; ([0-9.]+) s of it the simulated GPUs' work beyond the wall clock\)",
+                       " ".join(text.split()))     # the line as printed, unwrapped
+    assert beyond is not None and 3.0 < float(beyond.group(1)) < time_s, text     # what pytest's own time leaves out
 
 
 def test_a_session_of_short_tests_draws_no_more_than_its_gpu_can(pytester):
@@ -187,6 +190,7 @@ def test_a_session_of_short_tests_draws_no_more_than_its_gpu_can(pytester):
     text = " ".join(result.stdout.lines)
     energy_j, time_s = session_total(text)
     assert 60.0 <= energy_j / time_s <= 700.0, text
+    assert "beyond the wall clock" not in text                     # 5 ms of work each, in more wall time than that
     share = re.search(r"\(([0-9.]+) %\) in the measured regions of 60 cases", text)
     assert share is not None and 5.0 < float(share.group(1)) <= 100.0, text
 

@@ -84,6 +84,7 @@ class SessionTotal:
     time_s: float
     gpus: int
     simulated: bool
+    beyond_wall_s: float = 0.0      # of time_s: the simulated GPUs' work beyond the wall clock (tests' virtual worlds)
 
 
 class EnergySession:
@@ -109,7 +110,7 @@ class EnergySession:
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.notices: list[str] = []           # for the end of the session: what the user should know
         self._pending: list[PendingResult] = []   # figures not worked out yet (see ``resolve``)
-        self._energy_at_start: tuple[float, dict[str, float | None]] = (time.monotonic(), {})
+        self._energy_at_start: tuple[float, float, dict[str, float | None]] = (time.monotonic(), 0.0, {})
         self.errors: list[str] = []               # figures that could not be worked out after their test
         self.budget_file: Any = None              # --energy-budgets (gate.budget_file.BudgetFile), loaded at start
         self.on_result: Callable[[str, EnergyResult], None] | None = None   # each case's figures, once worked out
@@ -174,24 +175,25 @@ class EnergySession:
         self.claim = claim_gpus(self._require_backend().lock_folder, pool, self.workers)
         return self.claim.order
 
-    def _session_energy(self) -> tuple[float, dict[str, float | None]]:
-        """The session's moment (its wall time, and the time the simulator's tests' worlds ran beyond
-        it: the energy counts the GPUs idle through that too) and each GPU's energy counter."""
+    def _session_energy(self) -> tuple[float, float, dict[str, float | None]]:
+        """The session's wall time, the time the simulator's tests' worlds kept its GPUs occupied beyond
+        it (the energy counts the GPUs idle through that too), and each GPU's energy counter."""
         backend = self._require_backend()
         try:
             readings = {gpu.uuid: backend.session_reading(gpu) for gpu in self.gpus}
         except DeviceError:
-            return time.monotonic(), {}
+            return time.monotonic(), 0.0, {}
         beyond_s = max((beyond for _, beyond in readings.values()), default=0.0)
-        return time.monotonic() + beyond_s, {uuid: energy for uuid, (energy, _) in readings.items()}
+        return time.monotonic(), beyond_s, {uuid: energy for uuid, (energy, _) in readings.items()}
 
     def session_total(self) -> SessionTotal | None:
         """The GPUs' energy over the session so far, from their counters (None without counters):
         every test, and the time between and around them (setup, collection, idle)."""
         if self.backend is None:
             return None
-        started, before = self._energy_at_start
-        ended, after = self._session_energy()
+        started, beyond_before_s, before = self._energy_at_start
+        ended, beyond_after_s, after = self._session_energy()
+        beyond_s = beyond_after_s - beyond_before_s
         drawn = [(gpu, before.get(gpu.uuid), after.get(gpu.uuid)) for gpu in self.gpus]
         if not drawn or any(b is None or a is None for _, b, a in drawn):
             return None
@@ -199,8 +201,8 @@ class EnergySession:
         # Read directly, a counter is up to a period behind at each end: at most that much energy is missed or extra.
         slack_j = (sum(2 * gpu.counter_period_s * self.limits[gpu.uuid].max_mw / 1000.0 for gpu, _, _ in drawn)
                    if not self.backend.simulated else 0.0)
-        return SessionTotal(total_j, max(total_j - slack_j, 0.0), total_j + slack_j, ended - started, len(drawn),
-                            self.backend.simulated)
+        return SessionTotal(total_j, max(total_j - slack_j, 0.0), total_j + slack_j, ended - started + beyond_s,
+                            len(drawn), self.backend.simulated, beyond_s)
 
     def finish(self, *, repair: bool = False) -> list[str]:
         """Restore anything still capped (a safety net behind the fixture); returns problems.

@@ -346,7 +346,7 @@ def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int,
     if total is not None:
         lines += wrap(f"GPU energy over the session: {si(total.ets_j, 'J')} ({kwh_text(total.ets_j)}; "
                       f"{si(total.low_j, 'J')}-{si(total.high_j, 'J')}) on {total.gpus} GPU{'s' if total.gpus != 1 else ''} "
-                      f"in {total.time_s:.1f} s{mark}; {si(measured_j, 'J')} "
+                      f"in {total.time_s:.1f} s{_beyond_text(total) or mark}; {si(measured_j, 'J')} "
                       f"({_share(measured_j, total.ets_j)}) in the measured regions of {len(used)} cases, the rest "
                       f"between and around them (setup, collection, idle)", width)
     else:
@@ -363,6 +363,12 @@ def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int,
     columns = (Column("test", elide=True), Column("cap", drop=3), Column("energy", right=True),
                Column("bound", right=True, drop=1), Column("share", right=True), Column("calls", right=True, drop=2))
     return lines + fit_table(columns, rows, width)
+
+
+def _beyond_text(total: Any) -> str:
+    """Where the session's time is longer than pytest's: the simulated GPUs' work outran the wall clock."""
+    beyond_s = getattr(total, "beyond_wall_s", 0.0)
+    return f" (sim; {beyond_s:.1f} s of it the simulated GPUs' work beyond the wall clock)" if beyond_s >= 0.05 else ""
 
 
 def _share(part: float, whole: float) -> str:
