@@ -12,7 +12,8 @@ in a note and its upper bound takes in every wrap that could have gone unseen.
 
 The bound of a region's figure: each edge read may be up to one update (about 1 ms, Intel SDM
 vol. 3B 15.10.3; "0.000977 sec" in turbostat) old, worth the domain's power over that time, and
-each read is quantised to the counter's unit (at most 61 uJ, 2^-14 J on Intel servers).
+each read is quantised to the counter's unit (at most 61 uJ, 2^-14 J on Intel servers). A region
+of two updates or less says nothing of its power by its reading (``_short_figure``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ _POLL_SHARE = 0.5                     # read within half the time the counter ta
 _MIN_POLL_S = 0.001
 _MAX_POLL_S = 60.0
 _KEEP_POLLS = 200_000
+# A region this short may see no publication of the counters, or one more than it lasted: its reading
+# says nothing of its power (see ``_short_figure``).
+SHORT_S: Final = 2 * UPDATE_S
+LOOKBACK_S: Final = 0.01              # a short region's power is the host's over at least this long
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class HostRecorder:
         self._lock = threading.Lock()
         self._tracks = [_Track(zone, read_counter_uj(self.sysfs, zone)) for zone in self.zones]
         self._polls: list[float] = [self.clock()]
+        self._totals_at: list[dict[HostDomain, int]] = [self._totals_locked()]   # the totals at each poll
         self.error: HostEnergyError | None = None
         self._stopping = threading.Event()
         self._plan: Any = None
@@ -108,10 +114,13 @@ class HostRecorder:
         self.raise_error()
         with self._lock:
             self._poll_locked()
-            totals: dict[HostDomain, int] = {}
-            for track in self._tracks:
-                totals[track.zone.domain] = totals.get(track.zone.domain, 0) + track.total_uj
-            return HostMark(self._polls[-1], totals)
+            return HostMark(self._polls[-1], self._totals_locked())
+
+    def _totals_locked(self) -> dict[HostDomain, int]:
+        totals: dict[HostDomain, int] = {}
+        for track in self._tracks:
+            totals[track.zone.domain] = totals.get(track.zone.domain, 0) + track.total_uj
+        return totals
 
     def figures(self, start: HostMark, end: HostMark) -> list[HostFigure]:
         """Each domain's energy from ``start`` to ``end``, with its bound and, where reads lay too
@@ -121,15 +130,22 @@ class HostRecorder:
             first = bisect.bisect_left(self._polls, start.at)
             last = bisect.bisect_right(self._polls, end.at)
             times = self._polls[first:last]
+            before = max(bisect.bisect_right(self._polls, end.at - LOOKBACK_S) - 1, 0)
+            lookback = (self._polls[before], self._totals_at[before])
         gap = max((b - a for a, b in zip(times, times[1:])), default=0.0)
         found = []
         for domain in self.domains:
             zones = [z for z in self.zones if z.domain == domain]
-            ets_j = (end.totals_uj[domain] - start.totals_uj[domain]) / 1e6
-            power_w = ets_j / duration if duration > 0 else 0.0
-            half_j = len(zones) * (2 * RESOLUTION_UJ / 1e6 + power_w * UPDATE_S)
+            reading_j = (end.totals_uj[domain] - start.totals_uj[domain]) / 1e6
             unseen_j, note = _unseen_wraps(zones, gap, domain)
-            found.append(HostFigure(domain, ets_j, max(ets_j - half_j, 0.0), ets_j + half_j + unseen_j, note))
+            if duration <= SHORT_S:
+                found.append(_short_figure(domain, zones, reading_j, duration, end, lookback, note))
+                continue
+            # Each edge's read may be one update old: at constant power P the reading is at least
+            # P (duration - one update), so the power that staleness is worth is at most this.
+            edge_w = reading_j / (duration - UPDATE_S)
+            half_j = len(zones) * (2 * RESOLUTION_UJ / 1e6 + edge_w * UPDATE_S)
+            found.append(HostFigure(domain, reading_j, max(reading_j - half_j, 0.0), reading_j + half_j + unseen_j, note))
         return found
 
     def raise_error(self) -> None:
@@ -177,8 +193,28 @@ class HostRecorder:
             track.last_raw = raw
         if now >= self._polls[-1]:
             self._polls.append(now)
+            self._totals_at.append(self._totals_locked())
             if len(self._polls) > _KEEP_POLLS:
                 del self._polls[: _KEEP_POLLS // 2]
+                del self._totals_at[: _KEEP_POLLS // 2]
+
+
+def _short_figure(domain: HostDomain, zones: Sequence[Zone], reading_j: float, duration: float, end: HostMark,
+                  lookback: tuple[float, Mapping[HostDomain, int]], note: str | None) -> HostFigure:
+    """A region of at most two of the counters' updates: its reading may hold no publication (0 J
+    for work done) or one more than the region lasted (five times its energy at 0.2 ms). Its bound
+    takes each edge's staleness at the most a zone can plausibly draw; its figure is the host's power
+    over the last ``LOOKBACK_S`` or more (since the recorder's first read, if younger) times the
+    region's length, within that bound."""
+    half_j = len(zones) * (2 * RESOLUTION_UJ / 1e6 + PLAUSIBLE_MAX_W[domain] * UPDATE_S)
+    low_j, high_j = max(reading_j - half_j, 0.0), reading_j + half_j
+    since, totals = lookback
+    window_s = end.at - since
+    power_w = (end.totals_uj[domain] - totals[domain]) / 1e6 / window_s if window_s > SHORT_S else reading_j / max(duration, UPDATE_S)
+    ets_j = min(max(power_w * duration, low_j), high_j)
+    short = (f"the region ({duration * 1000:.2g} ms) is at most two updates of the host's {domain} counters (about "
+             f"1 ms): its {domain} ETS is the host's power over the last {window_s:.2g} s times the region's time")
+    return HostFigure(domain, ets_j, low_j, high_j, f"{note}; {short}" if note else short)
 
 
 def _unseen_wraps(zones: Sequence[Zone], gap_s: float, domain: HostDomain) -> tuple[float, str | None]:
