@@ -71,6 +71,7 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/meter/watch.py": [],          # tests/test_watch.py (its end-to-end test runs in a subprocess: unchanged code)
     "pytest_gpuenergy/meter/op_classes.py": [],     # tests/test_op_classes.py
     "pytest_gpuenergy/meter/domains.py": [],                                      # tests/test_domains.py (powercap's do not reach it)
+    "pytest_gpuenergy/host/recorder.py": ["tests/test_powercap.py"],               # (not the meter recorder's own file)
     "pytest_gpuenergy/gpu/knob.py": ["tests/test_capping.py", "tests/test_clocks_knob.py"],
     "pytest_gpuenergy/gpu/capping.py": _KNOBS,
     "pytest_gpuenergy/gpu/journal.py": [*_KNOBS, "tests/test_clocks_knob.py", "tests/test_clock_journal.py",
@@ -105,8 +106,9 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/runs/validation.py": _RUNS,
 }
 
-# Own test files whose names the rule in tests_of does not give
+# Own test files whose names the rule in tests_of does not give, and files it gives that are another module's
 OWN_FILES = {"pytest_gpuenergy/gpu/clocks.py": ["tests/test_clocks_knob.py"]}
+NOT_OWN_FILES = {"pytest_gpuenergy/host/recorder.py": {"tests/test_recorder.py"}}    # the meter's recorder's
 
 STATUS_BY_EXIT_CODE = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests", 34: "skipped",
                        36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
@@ -242,6 +244,7 @@ def tests_of(module: str) -> list[str]:
     tests/test_<module>.py, or tests/test_<package>_<module>.py where two packages share a name."""
     path = Path(module)
     own = {f"tests/test_{path.stem}.py", f"tests/test_{path.parent.name}_{path.stem}.py", *OWN_FILES.get(module, ())}
+    own -= NOT_OWN_FILES.get(module, set())
     return sorted(name for name in set(MODULES[module]) | own if (ROOT / name).exists())
 
 
