@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -151,11 +152,11 @@ def test_a_wrap_between_two_reads_is_unwrapped(tmp_path: Path) -> None:
     (root / "intel-rapl:2" / "energy_uj").write_text("1002000")      # +1 J
     clock.advance_to(1.0)
     [cpu] = recorder.figures(start, recorder.mark())
-    assert cpu.ets_j == pytest.approx(8.999 + 1.5 + 1.0)
+    assert cpu.ets_j == pytest.approx(8.999 + 1.5 + 1.0, rel=1e-12)
     # two packages, each: a unit at both edges and up to 1 ms of the most power the reading allows at
     # each (11.499 J over the region less one update: the reading misses at most that much of it)
     assert cpu.high_j - cpu.ets_j == pytest.approx(cpu.ets_j - cpu.low_j) == pytest.approx(
-        2 * (122.08e-6 + 11.499 / 0.999 * 1e-3))
+        2 * (122.08e-6 + 11.499 / 0.999 * 1e-3), rel=1e-12)
     assert cpu.note is None
 
 
@@ -163,7 +164,7 @@ def test_polling_keeps_up_with_the_shortest_wrap_at_the_highest_plausible_power(
     root = server_tree(tmp_path / "powercap", range_uj=40_000_000)      # 40 J: 0.08 s at 500 W
     clock = VirtualClock()
     recorder = HostRecorder(RealSysfs(), root, ("cpu", "dram"), clock.now, virtual=clock)
-    assert recorder.period_s == pytest.approx(0.5 * 40 / PLAUSIBLE_MAX_W["cpu"])
+    assert recorder.period_s == pytest.approx(0.5 * 40 / PLAUSIBLE_MAX_W["cpu"], rel=1e-12)
     clock.advance_to(1.0)
     assert recorder.mark().at == 1.0
     assert len(recorder._polls) >= 1.0 / recorder.period_s
@@ -187,10 +188,11 @@ def test_reads_too_far_apart_to_rule_out_a_wrap_say_so_and_widen_the_bound(tmp_p
     clock.now = 0.1
     (root / "intel-rapl:0" / "energy_uj").write_text("3000")
     [cpu] = recorder.figures(start, recorder.mark())
-    assert cpu.ets_j == pytest.approx(0.002)
+    assert cpu.ets_j == pytest.approx(0.002, rel=1e-12)
     # 0.1 s at up to 500 W is 50 J: 5 wraps of 10 J per package could hide in it
-    assert cpu.high_j == pytest.approx(0.002 + 2 * 5 * 10, abs=0.01)
+    assert cpu.high_j == pytest.approx(0.002 + 2 * (122.08e-6 + 0.002 / 0.099 * 1e-3) + 2 * 5 * 10, rel=1e-12)
     assert cpu.note is not None and "read 0.1 s apart" in cpu.note and "may be short by up to 100 J" in cpu.note
+    assert "(range 10 J)" in cpu.note
 
 
 def test_a_counter_that_turns_unreadable_stops_the_recorder_and_the_next_mark_says_why(tmp_path: Path) -> None:
@@ -365,3 +367,133 @@ def test_on_the_hosts_clock_a_thread_polls_and_a_counter_gone_bad_stops_it_with_
             recorder.mark()
     finally:
         recorder.stop()
+
+
+# -- short regions, exactly (a stalled clock: the recorder reads only at the marks) --------------------
+
+def _counters(root: Path, package_0_uj: int, package_1_uj: int) -> None:
+    (root / "intel-rapl:0" / "energy_uj").write_text(f"{package_0_uj}\n")
+    (root / "intel-rapl:2" / "energy_uj").write_text(f"{package_1_uj}\n")
+
+
+HALF_SHORT_J = 2 * (2 * 61.04e-6 + 500.0 * 0.001)    # two packages: a unit at both edges, 1 ms at 500 W at each
+
+
+def test_a_short_regions_figure_is_the_power_of_the_last_10_ms_or_more_times_its_time(tmp_path: Path) -> None:
+    root = server_tree(tmp_path / "powercap", range_uj=200_000_000)      # 200 J: one wrap could hide in 0.5 s
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu", "dram"), lambda: clock.now, virtual=clock)
+    clock.now = 0.5
+    _counters(root, 1000 + 30_000_000, 2000 + 30_000_000)              # 120 W over the first 0.5 s
+    recorder.mark()
+    clock.now = 1.0
+    _counters(root, 1000 + 80_000_000, 2000 + 80_000_000)              # 200 W over the next 0.5 s
+    start = recorder.mark()
+    clock.now = 1.0002                                                 # no publication in 0.2 ms
+    cpu, dram = recorder.figures(start, recorder.mark())
+    power_w = 100.0 / 0.5002                                           # from the last read 10 ms or more before its end
+    assert cpu.ets_j == pytest.approx(power_w * 0.0002, rel=1e-9)
+    assert (cpu.low_j, cpu.high_j) == (0.0, pytest.approx(HALF_SHORT_J, rel=1e-12))
+    assert cpu.note == ("the region (0.2 ms) is at most two updates of the host's cpu counters (about 1 ms): its cpu "
+                        "ETS is the host's power over the last 0.5 s times the region's time")
+    assert dram.domain == "dram" and dram.ets_j == 0.0 and dram.note is not None and "dram counters" in dram.note
+
+
+def test_a_short_region_of_a_young_recorder_takes_its_power_from_its_own_reading(tmp_path: Path) -> None:
+    """No read 10 ms before its end, and not even two updates since the recorder's first: the region's
+    own reading over at least one update is all there is."""
+    root = server_tree(tmp_path / "powercap")
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), lambda: clock.now, virtual=clock)
+    clock.now = 0.0015
+    _counters(root, 1000 + 50_000, 2000 + 50_000)
+    start = recorder.mark()
+    clock.now = 0.002                                                 # the window since the first read: exactly two updates
+    _counters(root, 1000 + 75_000, 2000 + 75_000)
+    [cpu] = recorder.figures(start, recorder.mark())
+    assert cpu.ets_j == pytest.approx(0.05 / 0.001 * 0.0005, rel=1e-9)      # 50 mJ over (at least) one update
+    assert (cpu.low_j, cpu.high_j) == (0.0, pytest.approx(0.05 + HALF_SHORT_J, rel=1e-12))
+    assert "over the last 0.002 s" in cpu.note
+
+
+def test_a_region_of_exactly_two_updates_is_short_and_the_lookback_starts_at_the_first_read(tmp_path: Path) -> None:
+    root = server_tree(tmp_path / "powercap")
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), lambda: clock.now, virtual=clock)
+    clock.now = 0.005
+    _counters(root, 1000 + 500_000, 2000 + 500_000)                  # 200 W since the first read
+    start = recorder.mark()
+    clock.now = 0.0052
+    [cpu] = recorder.figures(start, recorder.mark())
+    assert cpu.ets_j == pytest.approx(1.0 / 0.0052 * 0.0002, rel=1e-9)     # no read 10 ms before: since the first
+    clock.now, edge = 0.0072, recorder.mark()
+    [two] = recorder.figures(edge, edge.__class__(edge.at + 0.002, edge.totals_uj))
+    assert two.note is not None                                      # 2 ms: still short
+
+
+def test_a_short_region_keeps_the_note_of_wraps_that_could_hide_in_it(tmp_path: Path) -> None:
+    root = server_tree(tmp_path / "powercap", range_uj=50_000)        # 50 mJ: 0.1 ms at 500 W
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu", "dram"), lambda: clock.now, virtual=clock)
+    clock.now = 0.5
+    start = recorder.mark()
+    clock.now = 0.5002
+    cpu, dram = recorder.figures(start, recorder.mark())
+    wraps_note, short_note = cpu.note.split("; the region")
+    assert "read 0.0002 s apart" in wraps_note and "(range 0.05 J)" in wraps_note and "short by up to 0.1 J" in wraps_note
+    assert short_note.startswith(" (0.2 ms) is at most two updates")
+    assert cpu.high_j == pytest.approx(HALF_SHORT_J + 0.1, rel=1e-12)            # the wraps the note names, in the bound
+    assert dram.note is not None and dram.note.startswith("the region (0.2 ms)")   # 0.2 ms at 200 W: no DRAM wrap
+    assert dram.high_j == pytest.approx(2 * (2 * 61.04e-6 + 200.0 * 0.001), rel=1e-12)
+
+
+def test_polls_are_trimmed_with_their_totals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_gpuenergy.host.recorder as host_recorder
+
+    monkeypatch.setattr(host_recorder, "_KEEP_POLLS", 4)
+    root = server_tree(tmp_path / "powercap")
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), lambda: clock.now, virtual=clock)
+    lengths = []
+    for step in range(1, 7):
+        clock.now = 0.1 * step
+        _counters(root, 1000 + step * 10_000_000, 2000 + step * 10_000_000)     # 200 W
+        recorder.mark()
+        lengths.append(len(recorder._polls))
+    assert lengths == [2, 3, 4, 3, 4, 3]                               # past 4, the older half goes
+    assert recorder._polls == pytest.approx([0.4, 0.5, 0.6])
+    assert [totals["cpu"] for totals in recorder._totals_at] == [80_000_000, 100_000_000, 120_000_000]   # each poll's own
+
+
+def test_a_recorder_on_the_hosts_clock_runs_a_named_daemon_thread_and_stops_it(tmp_path: Path) -> None:
+    recorder = HostRecorder(RealSysfs(), server_tree(tmp_path / "powercap"), ("cpu",), time.perf_counter)
+    assert recorder._thread is not None and recorder._thread.name == "gpuenergy-powercap" and recorder._thread.daemon is True
+    assert recorder.is_alive()
+    recorder.stop()
+    assert not recorder._thread.is_alive() and not recorder.is_alive()
+
+
+def test_a_recorder_on_a_virtual_clock_is_alive_until_stopped(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    recorder = HostRecorder(RealSysfs(), server_tree(tmp_path / "powercap"), ("cpu",), clock.now, virtual=clock)
+    assert recorder.is_alive()
+    recorder.stop()
+    assert not recorder.is_alive()
+
+
+def test_a_failure_in_the_background_poll_is_said_at_the_next_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_gpuenergy.host.recorder as host_recorder
+
+    clock = VirtualClock()
+    root = server_tree(tmp_path / "powercap")
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), clock.now, virtual=clock)
+
+    def broken(sysfs: object, zone: object) -> int:
+        raise RuntimeError("the bus is gone")
+
+    monkeypatch.setattr(host_recorder, "read_counter_uj", broken)
+    clock.advance_to(2 * recorder.period_s)                            # the plan's own poll fails
+    with pytest.raises(HostEnergyError) as caught:
+        recorder.mark()
+    assert str(caught.value) == "reading the host's powercap counters failed: RuntimeError: the bus is gone"
+    assert not recorder.is_alive()

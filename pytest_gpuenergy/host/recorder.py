@@ -139,7 +139,7 @@ class HostRecorder:
             reading_j = (end.totals_uj[domain] - start.totals_uj[domain]) / 1e6
             unseen_j, note = _unseen_wraps(zones, gap, domain)
             if duration <= SHORT_S:
-                found.append(_short_figure(domain, zones, reading_j, duration, end, lookback, note))
+                found.append(_short_figure(domain, zones, reading_j, duration, end, lookback, (unseen_j, note)))
                 continue
             # Each edge's read may be one update old: at constant power P the reading is at least
             # P (duration - one update), so the power that staleness is worth is at most this.
@@ -200,14 +200,15 @@ class HostRecorder:
 
 
 def _short_figure(domain: HostDomain, zones: Sequence[Zone], reading_j: float, duration: float, end: HostMark,
-                  lookback: tuple[float, Mapping[HostDomain, int]], note: str | None) -> HostFigure:
+                  lookback: tuple[float, Mapping[HostDomain, int]], unseen: tuple[float, str | None]) -> HostFigure:
     """A region of at most two of the counters' updates: its reading may hold no publication (0 J
     for work done) or one more than the region lasted (five times its energy at 0.2 ms). Its bound
     takes each edge's staleness at the most a zone can plausibly draw; its figure is the host's power
     over the last ``LOOKBACK_S`` or more (since the recorder's first read, if younger) times the
-    region's length, within that bound."""
+    region's length, within that bound (and wraps that could hide in it: ``unseen``, the energy and the note)."""
+    unseen_j, note = unseen
     half_j = len(zones) * (2 * RESOLUTION_UJ / 1e6 + PLAUSIBLE_MAX_W[domain] * UPDATE_S)
-    low_j, high_j = max(reading_j - half_j, 0.0), reading_j + half_j
+    low_j, high_j = max(reading_j - half_j, 0.0), reading_j + half_j + unseen_j
     since, totals = lookback
     window_s = end.at - since
     power_w = (end.totals_uj[domain] - totals[domain]) / 1e6 / window_s if window_s > SHORT_S else reading_j / max(duration, UPDATE_S)
