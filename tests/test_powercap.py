@@ -202,8 +202,9 @@ def test_a_counter_that_turns_unreadable_stops_the_recorder_and_the_next_mark_sa
     (root / "intel-rapl:2" / "energy_uj").write_text("gone")
     clock.advance_to(recorder.period_s * 2)
     assert not recorder.is_alive()
-    with pytest.raises(HostEnergyError, match=r"intel-rapl:2/energy_uj: not a powercap counter"):
+    with pytest.raises(HostEnergyError, match=r"intel-rapl:2/energy_uj: not a powercap counter") as caught:
         recorder.mark()
+    assert str(caught.value).startswith(f"{root / 'intel-rapl:2' / 'energy_uj'}: not a powercap counter")   # as read, not rewrapped
 
 
 # -- the simulated tree ------------------------------------------------------------------------------
@@ -497,3 +498,37 @@ def test_a_failure_in_the_background_poll_is_said_at_the_next_mark(tmp_path: Pat
         recorder.mark()
     assert str(caught.value) == "reading the host's powercap counters failed: RuntimeError: the bus is gone"
     assert not recorder.is_alive()
+
+
+def test_a_region_worked_out_after_later_reads_counts_only_the_reads_inside_it(tmp_path: Path) -> None:
+    """Figures are worked out when their publications have come, after later regions' reads: a long gap
+    after the region is no gap of the region's."""
+    root = server_tree(tmp_path / "powercap", range_uj=10_000_000)      # 10 J: 0.02 s at 500 W
+    clock = _StalledClock()
+    recorder = HostRecorder(RealSysfs(), root, ("cpu",), lambda: clock.now, virtual=clock)
+    clock.now = 0.5
+    start = recorder.mark()
+    clock.now = 0.505
+    end = recorder.mark()
+    clock.now = 1.0
+    recorder.mark()                                                    # the next test's region, 0.5 s later
+    [cpu] = recorder.figures(start, end)
+    assert cpu.note is None                                            # 5 ms at 500 W cannot wrap 10 J
+
+
+def test_open_host_reads_the_simulated_tree_unless_a_root_is_given(sim_state: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpuenergy.host.recorder import open_host
+
+    monkeypatch.delenv("GPUENERGY_POWERCAP_ROOT", raising=False)
+    sim = _simulator(sim_state)
+    simulated = open_host(["cpu", "dram"], simulator=sim, clock=sim.clock.now, virtual=sim.clock)
+    assert simulated.simulated and simulated.domains == ("cpu", "dram") and simulated._thread is None
+    assert simulated.clock == sim.clock.now and simulated.is_alive()
+    simulated.stop()
+    root = server_tree(tmp_path / "powercap")
+    monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(root))
+    for real in (open_host(["cpu"], simulator=sim, clock=sim.clock.now, virtual=sim.clock), open_host(["cpu"])):
+        assert not real.simulated and real.root == root and real.domains == ("cpu",) and real.clock is time.perf_counter
+        assert real._thread is not None
+        real.stop()
