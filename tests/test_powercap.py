@@ -526,6 +526,9 @@ def test_open_host_reads_the_simulated_tree_unless_a_root_is_given(sim_state: Pa
     assert simulated.simulated and simulated.domains == ("cpu", "dram") and simulated._thread is None
     assert simulated.clock == sim.clock.now and simulated.is_alive()
     simulated.stop()
+    on_its_own_clock = open_host(["cpu"], simulator=sim, virtual=sim.clock)      # no clock given: the simulator's
+    assert on_its_own_clock.clock == sim.clock.now and on_its_own_clock.mark().at == sim.clock.now()
+    on_its_own_clock.stop()
     root = server_tree(tmp_path / "powercap")
     monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(root))
     for real in (open_host(["cpu"], simulator=sim, clock=sim.clock.now, virtual=sim.clock), open_host(["cpu"])):
