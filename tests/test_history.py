@@ -287,6 +287,8 @@ def test_runs_without_commits_are_ordered_by_run_time_and_still_analysed(tmp_pat
     data = history_json("s")
     assert data["order"] == "run time" and any("name no commit" in n for n in data["notes"])
     assert len(data["change_points"]) == 2 and all(c["commit"].startswith("2025") for c in data["change_points"])
+    head = " ".join(cli_in_process("history", "s").stdout.split()[:16])
+    assert head.startswith("energy history: ETS per call over ") and " runs, 20" in head and "commit" not in head, head
 
 
 def test_the_terminal_summary_fits_80_columns_with_long_names(tmp_path, monkeypatch):

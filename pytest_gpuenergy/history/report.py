@@ -23,7 +23,7 @@ from ..reports.terminal import Column, fit_table, terminal_width, wrap
 from ..runs.records import model_text
 from .changes import ChangePoint, Findings, Pending, Settings, Trend, find_changes
 from .cost import Tariff, carbon_text, kwh
-from .series import History, Series
+from .series import RUN_TIME, History, Series
 
 HISTORY_FORMAT = "pytest-gpuenergy-history"
 HISTORY_VERSION = 1
@@ -105,9 +105,10 @@ def headline(report: HistoryReport) -> str:
     span = f", {stations[0].at:%Y-%m-%d} to {stations[-1].at:%Y-%m-%d}" if stations else ""
     runs = len(history.runs)
     sim = SIM_MARK if history.simulated else ""
-    return (f"{history.metric.label} per call over {runs} run{'s' if runs != 1 else ''} at {len(stations)} "
-            f"commit{'s' if len(stations) != 1 else ''}{span} (ordered by {history.order}); "
-            f"{len(history.series)} series (test, cap, GPU model){sim}")
+    # Ordered by run time, each run is a place of its own: no commit is named, so none is counted.
+    places = "" if history.order == RUN_TIME else f" at {len(stations)} commit{'s' if len(stations) != 1 else ''}"
+    return (f"{history.metric.label} per call over {runs} run{'s' if runs != 1 else ''}{places}{span} (ordered by "
+            f"{history.order}); {len(history.series)} series (test, cap, GPU model){sim}")
 
 
 def counts(report: HistoryReport) -> str:
