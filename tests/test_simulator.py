@@ -334,7 +334,7 @@ def test_a_sessions_wall_clock_total_counts_the_worlds_work_beyond_the_wall_cloc
     virtual.simBeginTest("next", [0])
     wall_s = time.time() - wall_started
     beyond_s = virtual.simBeyondWallS(handle) - before_s
-    assert region_s > 0.2 and wall_s < 0.1
+    assert region_s > 0.2 and wall_s < 1.0                    # (a loaded host's wall time is allowed for below)
     assert region_s - wall_s <= beyond_s <= region_s            # the work, less the wall time it took; no wait
     drawn_j = (virtual.simWallEnergyMj(handle) - before_mj) / 1000
     assert drawn_j < 700 * (beyond_s + 1.0)                     # never more than the GPU can draw in that time
@@ -345,6 +345,7 @@ def test_work_declared_outside_a_measured_region_lengthens_the_sessions_total_to
     would have spent, region or not."""
     handle = virtual.nvmlDeviceGetHandleByIndex(0)
     virtual.simUseDevices([0])
+    wall_started = time.time()
     virtual.simBeginTest("test_unmeasured", [0])
     before_s = virtual.simBeyondWallS(handle)
     virtual.simCountCpuWork(False)
@@ -353,5 +354,6 @@ def test_work_declared_outside_a_measured_region_lengthens_the_sessions_total_to
     virtual.simSynchronize()
     busy_s = virtual.simClock().now() - started
     virtual.simBeginTest("next", [0])
-    assert busy_s > 0.2
-    assert virtual.simBeyondWallS(handle) - before_s == pytest.approx(busy_s, abs=0.1)
+    wall_s = time.time() - wall_started
+    assert busy_s > 0.2 and wall_s < 1.0
+    assert busy_s - wall_s <= virtual.simBeyondWallS(handle) - before_s <= busy_s      # the work, less its wall time
