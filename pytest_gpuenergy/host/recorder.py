@@ -114,7 +114,7 @@ class HostRecorder:
         self.raise_error()
         with self._lock:
             self._poll_locked()
-            return HostMark(self._polls[-1], self._totals_locked())
+            return HostMark(self._polls[-1], self._totals_at[-1])     # the totals that read recorded
 
     def _totals_locked(self) -> dict[HostDomain, int]:
         totals: dict[HostDomain, int] = {}

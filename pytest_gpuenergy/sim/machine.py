@@ -371,9 +371,11 @@ class SimulatedMachine:
                     device.pending_cpu_s = 0.0     # gathered outside what was to count
             self.counts_cpu = counting
             now, since = self.clock.now(), self._counting_since
-            if not counting and since is not None:
+            if counting and since is None:              # a region starts
+                self._counting_since = now
+            elif not counting and since is not None:    # a region ends
                 self._region_s += now - since
-            self._counting_since = (now if since is None else since) if counting else None
+                self._counting_since = None
 
     def wall_energy_mj(self, device: SimDevice) -> float:
         """The energy the GPU drew since its state began, on the host's wall clock: its idle power over
