@@ -342,3 +342,30 @@ def test_merging_gives_nothing_where_any_result_has_no_domains() -> None:
     assert merge_domains([]) == {}
     assert merge_domains([with_domains, _gpu_result([(1.0, 1.0, 1.0)])]) == {}
     assert merge_domains([_gpu_result([(1.0, 1.0, 1.0)]), with_domains]) == {}
+
+
+def test_tests_shorter_than_the_hosts_counter_updates_read_no_0_j_and_say_why(pytester: pytest.Pytester) -> None:
+    """Plain tests of well under a millisecond (--energy-all) and an empty ``with energy_meter:`` block:
+    RAPL publishes about every millisecond, so their CPU and DRAM readings may hold no publication.
+    Their figures are not 0 J for work done (the host's recent power times their time), within a
+    bound the counters allow, and the result's notes say why."""
+    pytester.makepyfile(test_tiny="".join(f"\ndef test_{i}():\n    assert sum(range(100)) == 4950\n" for i in range(3))
+                        + textwrap.dedent("""
+        def test_block(energy_meter):
+            with energy_meter:
+                pass
+            result = energy_meter.result
+            print("HOST", {d: (f.ets_low_j, f.ets_j, f.ets_high_j) for d, f in result.per_domain.items()})
+            print("NOTES", [n for n in result.notes if "updates of the host's" in n])
+        """))
+    result = pytester.runpytest_subprocess("--energy-all", "--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
+    result.assert_outcomes(passed=4)
+    cases = saved_cases(pytester)
+    assert len(cases) == 4
+    for case in cases:
+        assert case["summary"]["time_s"] < 0.002
+        for domain in ("cpu", "dram"):
+            figure = case["per_domain"][domain]
+            assert 0 <= figure["ets_low_j"] < figure["ets_j"] <= figure["ets_high_j"], (domain, figure)
+    [notes] = [line for line in result.outlines if line.startswith("NOTES")]
+    assert "at most two updates of the host's cpu counters" in notes and "dram counters" in notes
