@@ -367,5 +367,8 @@ def test_tests_shorter_than_the_hosts_counter_updates_read_no_0_j_and_say_why(py
         for domain in ("cpu", "dram"):
             figure = case["per_domain"][domain]
             assert 0 <= figure["ets_low_j"] < figure["ets_j"] <= figure["ets_high_j"], (domain, figure)
+        # the saved run keeps why: the host's estimate, and the GPU counter's coarse figure
+        assert any("updates of the host's cpu counters" in note for note in case["notes"]), case["notes"]
+        assert any("fewer than 2 publications of the energy counter" in note for note in case["notes"]), case["notes"]
     [notes] = [line for line in result.outlines if line.startswith("NOTES")]
     assert "at most two updates of the host's cpu counters" in notes and "dram counters" in notes

@@ -10,6 +10,7 @@ import re
 import secrets
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,11 @@ def build_documents(
             if not gpu.repetitions:
                 raise ValueError(f"build_documents: case {case_id!r} has no repetition on GPU {gpu.gpu_index}")
             outcome = (outcomes or {}).get(case_id, PASSED)
+            # The meter's notes (a coarse figure, CPU time standing for GPU work, a host figure's
+            # estimate) belong to the result as a whole: each of its GPUs' cases keeps them.
+            notes = tuple(sorted({*gpu.notes, *result.notes}))
             groups.setdefault((gpu.backend, gpu.gpu_name), []).append(
-                CaseEntry.from_gpu_result(case_id, gpu, slot, outcome, result.per_domain))
+                CaseEntry.from_gpu_result(case_id, replace(gpu, notes=notes), slot, outcome, result.per_domain))
     documents = []
     for (backend, model), entries in groups.items():
         documents.append(RunDocument(
