@@ -195,6 +195,22 @@ def test_a_session_of_short_tests_draws_no_more_than_its_gpu_can(pytester):
     assert share is not None and 5.0 < float(share.group(1)) <= 100.0, text
 
 
+
+def test_a_suite_of_many_tests_shows_its_30_heaviest_in_the_terminal_and_all_with_v(pytester):
+    """Hundreds of plain tests under --energy-all: the terminal's table holds the 30 of highest ETS per
+    call and says so; ``pytest -v`` shows every one (the saved run and the reports always hold all)."""
+    pytester.makepyfile(test_many=spin_source() + "".join(f"\ndef test_{i}():\n    spin({0.0005 if i == 7 else 0.0001})\n"
+                                                          for i in range(32)))
+    rows = re.compile(r"^test_\d+\s+current\s")
+    result = pytester.runpytest("--energy-all", "-p", "no:randomly")
+    result.assert_outcomes(passed=32)
+    assert "the 30 tests of highest ETS per call, of 32 (pytest -v: all;" in " ".join(result.stdout.lines)
+    shown = [line.split()[0] for line in result.stdout.lines if rows.match(line)]
+    assert len(shown) == 30 and "test_7" in shown
+    every = pytester.runpytest("--energy-all", "-p", "no:randomly", "-v")
+    assert len([line for line in every.stdout.lines if rows.match(line)]) == 32
+    assert "highest ETS per call" not in " ".join(every.stdout.lines)
+
 # -- budgets files ---------------------------------------------------------------------------------
 
 GOOD_BUDGET = '''format = "pytest-gpuenergy-budgets"

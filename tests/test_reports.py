@@ -358,3 +358,25 @@ def test_a_pareto_plot_of_several_gpu_models_keeps_its_legend_inside_the_figure(
         page = html_report(docs, [])
     pareto = re.findall(r'<svg class="plot pareto".*?</svg>', page, flags=re.S)
     assert pareto and all("H100" in svg and "V100" in svg for svg in pareto)
+
+
+def test_a_suite_of_many_tests_shows_the_heaviest_and_says_how_to_see_all():
+    """``--energy-all`` over hundreds of tests: the terminal keeps the tests of highest ETS per call."""
+    from pytest_gpuenergy.reports.terminal import results_lines
+
+    doc = make_doc(workloads=WORKLOADS_18, caps_w=CAPS_7, percent=True, n=2, scale={"vgg-infer": 1.25},
+                   test="reference_workloads/test_energy_suite.py::test_energy")
+    highest: dict[str, float] = {}
+    for entry in doc.cases:
+        key = workload_key(entry.case_id, entry.cap)
+        highest[key] = max(highest.get(key, 0.0), entry.summary.ets_j)
+    names = short_names(highest)
+    expected = {names[key] for key in sorted(highest, key=lambda key: -highest[key])[:5]}
+    lines = results_lines(doc.cases, 80, most_tests=5)
+    assert "the 5 tests of highest ETS per call, of 18 (pytest -v: all;" in " ".join(lines)
+    rows = {line.split()[0] for line in lines if line.split() and line.split()[0] in names.values()}
+    assert rows == expected and "vgg-infer" in rows
+    assert max(len(line) for line in lines) <= 80
+    every = results_lines(doc.cases, 80, most_tests=18)
+    assert not any("highest ETS per call" in line for line in every)
+    assert {line.split()[0] for line in every if line.split() and line.split()[0] in names.values()} == set(names.values())

@@ -121,14 +121,13 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
             c = 1.0 + numerator / c
             c = c if abs(c) > tiny else tiny
             value *= c * d
-            if abs(c * d - 1.0) < 1e-15:
-                break
         numerator = -(a + k) * (a + b + k) * x / ((a + 2 * k) * (a + 2 * k + 1))
         d = 1.0 + numerator * d
         d = 1.0 / (d if abs(d) > tiny else tiny)
         c = 1.0 + numerator / c
         c = c if abs(c) > tiny else tiny
-        value *= c * d
-        if abs(c * d - 1.0) < 1e-15:
+        delta = c * d
+        value *= delta
+        if abs(delta - 1.0) < 1e-15:      # checked once a pair: at most one step more than needed
             break
     return value

@@ -50,6 +50,7 @@ _WORKER_ERRORS = "gpuenergy_errors"
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
 _WORKER_GPU_ORDER = "gpuenergy_gpu_order"        # the GPUs' order the controller chose (free ones first)
 _KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
+TERMINAL_TESTS = 30                               # the results table's most tests in the terminal (pytest -v: all)
 _FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
 
@@ -543,7 +544,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         lines = tables_for(outcome.comparisons, width, skipped)
     elif session.cases:
         cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items())]
-        lines = session_lines(cases, width, session.outcomes()) + skipped_lines(skipped, width)
+        most = None if config.get_verbosity() > 0 else TERMINAL_TESTS
+        lines = session_lines(cases, width, session.outcomes(), most) + skipped_lines(skipped, width)
     if session.options.top and session.cases:
         cases = [(case_id, record.merged) for case_id, record in sorted(session.cases.items()) if record.outcome == PASSED]
         lines += [""] + top_lines(cases, session.session_total(), session.options.top, width)

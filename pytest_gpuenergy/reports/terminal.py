@@ -8,6 +8,7 @@ prints the comparison only (the results it compares are in it); the folded parts
 
 from __future__ import annotations
 
+import math
 import shutil
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -174,28 +175,34 @@ def tables_for(comparisons: Sequence[Comparison], width: int | None = None,
 
 # -- results -----------------------------------------------------------------------------------------
 
-def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> list[str]:
+def results_lines(entries: Sequence[CaseEntry], width: int | None = None, most_tests: int | None = None) -> list[str]:
     """A run's results: one row per workload with its ETS at each cap across, or one row per case.
 
     The matrix is used when it fits ``width`` (the usual sweep); otherwise a row per case with
-    as many figures as fit.
+    as many figures as fit. ``most_tests``: a suite of hundreds of tests (``--energy-all``) shows
+    only that many, those of highest ETS per call, and says how to see the rest.
     """
     width = width or terminal_width()
     if not entries:
         return []
-    caps = sorted({(e.cap, e.limit_enforced_w) for e in entries}, key=lambda c: cap_sort_key(*c))
-    cap_labels = list(dict.fromkeys(c for c, _ in caps))
     names = short_names(workload_key(e.case_id, e.cap) for e in entries)
-    simulated = any(e.simulated for e in entries)
     lines: list[str] = []
+    shown = entries
+    if most_tests is not None and len(names) > most_tests:
+        shown = _heaviest(entries, most_tests)
+        lines = wrap(f"the {most_tests} tests of highest ETS per call, of {len(names)} (pytest -v: all; a saved run "
+                     "and the JSON, Markdown and HTML reports hold every case):", width)
+    caps = sorted({(e.cap, e.limit_enforced_w) for e in shown}, key=lambda c: cap_sort_key(*c))
+    cap_labels = list(dict.fromkeys(c for c, _ in caps))
+    simulated = any(e.simulated for e in entries)
+    table: list[str] = []
     if len(cap_labels) > 1:
-        matrix = _matrix(entries, cap_labels, names)
+        matrix = _matrix(shown, cap_labels, names)
         if matrix and max(len(line) for line in matrix) <= width:
-            lines = [f"ETS per call at each cap ({len(entries)} cases):"] + matrix
-    if not lines:
-        lines = _long_table(entries, names, width)
+            table = [f"ETS per call at each cap ({len(shown)} cases):"] + matrix
+    lines += table or _long_table(shown, names, width)
     lines += wrap(_bound_line(entries, names), width)
-    lines += _domain_lines(entries, names, width)
+    lines += _domain_lines(shown, names, width)
     lines += _not_passed_lines(entries, width)
     lines += wrap("method: " + ", ".join(sorted({_method(e) for e in entries})), width)
     if any(n != w for w, n in names.items()):
@@ -203,6 +210,16 @@ def results_lines(entries: Sequence[CaseEntry], width: int | None = None) -> lis
     if simulated:
         lines += wrap(SIM_FOOTNOTE, width)
     return lines
+
+
+def _heaviest(entries: Sequence[CaseEntry], tests: int) -> list[CaseEntry]:
+    """The entries of the ``tests`` workloads whose highest ETS per call (over their caps) is highest."""
+    highest: dict[str, float] = {}
+    for e in entries:
+        key = workload_key(e.case_id, e.cap)
+        highest[key] = max(highest.get(key, -math.inf), e.summary.ets_j)
+    kept = set(sorted(highest, key=lambda key: (-highest[key], key))[:tests])
+    return [e for e in entries if workload_key(e.case_id, e.cap) in kept]
 
 
 def _domain_lines(entries: Sequence[CaseEntry], names: dict[str, str], width: int) -> list[str]:
@@ -290,12 +307,12 @@ def run_lines(doc: RunDocument, width: int | None = None) -> list[str]:
 
 
 def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None = None,
-                  outcomes: Mapping[str, Outcome] | None = None) -> list[str]:
+                  outcomes: Mapping[str, Outcome] | None = None, most_tests: int | None = None) -> list[str]:
     """The session's measured cases (``(case id, EnergyResult)``, ``outcomes`` by case id) as results lines."""
     outcomes = outcomes or {}
     entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED), per_domain=result.per_domain)
                for case_id, result in cases for gpu in result.per_gpu]
-    return results_lines(entries, width)
+    return results_lines(entries, width, most_tests)
 
 
 def skipped_lines(skipped: Sequence, width: int) -> list[str]:
