@@ -128,6 +128,7 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
         c = c if abs(c) > tiny else tiny
         delta = c * d
         value *= delta
-        if abs(delta - 1.0) < 1e-15:      # checked once a pair: at most one step more than needed
+        # checked once a pair of coefficients: at most one step more than needed
+        if abs(delta - 1.0) < 1e-15:
             break
     return value
