@@ -151,14 +151,14 @@ def test_undefined_figures_are_written_as_null_and_read_back(tmp_path):
 def test_a_case_keeps_its_results_notes_on_each_gpu_and_its_gpus_own(tmp_path):
     """The meter puts its notes (a coarse figure, CPU time for GPU work, a host estimate) on the result:
     every GPU's case of it keeps them, with its own, once each and in order, through a save and a load."""
-    first = gpu_result(cap="current", limit_w=700.0, notes=("b: the GPU's own",))
+    first = gpu_result(cap="current", limit_w=700.0, notes=("d: the first GPU's own", "b: both"))
     second = replace(gpu_result(cap="current", limit_w=700.0, gpu_index=1), notes=())
-    result = EnergyResult(per_gpu=(first, second), notes=("c: coarse", "a: CPU time stood for GPU work", "b: the GPU's own"))
+    result = EnergyResult(per_gpu=(first, second), notes=("c: coarse", "a: CPU time stood for GPU work", "b: both"))
     doc = build_documents([("t.py::test_two", result)], machine={}, options={}, commit=None)[0]
     loaded = load_document(RunStore(tmp_path).save(doc))
     assert [case.notes for case in loaded.cases] == [
-        ("a: CPU time stood for GPU work", "b: the GPU's own", "c: coarse"),
-        ("a: CPU time stood for GPU work", "b: the GPU's own", "c: coarse"),
+        ("a: CPU time stood for GPU work", "b: both", "c: coarse", "d: the first GPU's own"),
+        ("a: CPU time stood for GPU work", "b: both", "c: coarse"),
     ]
 
 def test_saving_never_overwrites(tmp_path):
