@@ -24,6 +24,7 @@ README shows it): they are a model's constants, not measurements of any other GP
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 from .models import GpuSpec
 
@@ -61,7 +62,14 @@ class GpuWork:
     @property
     def key(self) -> tuple[float, ...]:
         """What identifies a kind of step (for its per-session drift): its figures, rounded."""
-        return tuple(float(f"{getattr(self, f.name):.6g}") for f in fields(self))
+        return _rounded(self)
+
+
+@lru_cache(maxsize=4096)
+def _rounded(work: GpuWork) -> tuple[float, ...]:
+    """A step's figures to 6 significant digits: worked out once per kind of step (a suite declares a
+    few kinds, thousands of times)."""
+    return tuple(float(f"{getattr(work, f.name):.6g}") for f in fields(work))
 
 
 GPU_WORK_FIELDS = tuple(f.name for f in fields(GpuWork))
@@ -130,9 +138,12 @@ class StepRun:
         return self.step_s * (self.idle_w + self.dynamic_w)
 
 
+@lru_cache(maxsize=4096)
 def run_step(spec: GpuSpec, work: GpuWork, limit_w: float, sm_clock_cap_fraction: float = 1.0) -> StepRun:
     """Where the governor puts the GPU for this step under ``limit_w`` (and a locked SM clock of at
-    most ``sm_clock_cap_fraction`` of its maximum), and the step there."""
+    most ``sm_clock_cap_fraction`` of its maximum), and the step there. A pure function of frozen
+    values, kept for the kinds of step a session declares again and again (thousands of times in a
+    suite, a few kinds at a few limits): the governor's search is most of a declaration's cost."""
     from .dvfs import WorkloadProfile, operating_point
 
     times = step_times(spec, work)
