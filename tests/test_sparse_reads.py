@@ -8,6 +8,7 @@ import time
 import pytest
 
 from pytest_gpuenergy.meter import EnergyMeter
+from pytest_gpuenergy.meter.lattice import Lattice
 from pytest_gpuenergy.meter.recorder import SPARSE_EVERY, Recorder, Skip, ThreadDriver
 from pytest_gpuenergy.meter.results import COUNTER, SAMPLING
 
@@ -157,3 +158,51 @@ def test_a_late_waking_thread_is_not_sent_back_to_polling_for_a_lattice_its_read
     sampler = Recorder(wall_backend.all_gpus[0], wall_backend.clock, SAMPLING, seed="slot0")
     sampler.woke(0.004)
     assert sampler._confident_within_s() == pytest.approx(0.004)   # power readings are taken as dated
+
+
+def test_a_sleep_through_ticks_reads_half_a_period_before_the_last_tick_slept_to_and_returns_the_tick_to_read(
+        wall_backend, monkeypatch):
+    """``_skip``'s own arithmetic, on a frozen clock: asleep through SPARSE_EVERY - 1 ticks, it reads half a
+    period before the last (to compare with the read around it), then goes on from that tick, or, with a
+    lattice, from the lattice's next tick after now (a region's end woke it early)."""
+    now = [50.0]
+    recorder = Recorder(wall_backend.all_gpus[0], lambda: now[0], COUNTER, seed="slot0")
+    period = recorder.period_s
+    reads = []
+    monkeypatch.setattr(recorder, "_read", lambda: reads.append(now[0]) or False)
+    recorder.learner.lattice = None                        # learning again: only the tick slept to is known
+    plan = recorder._skip(10.0)
+    wake = next(plan)
+    assert isinstance(wake, Skip) and wake == pytest.approx(10.0 + (SPARSE_EVERY - 1.5) * period, abs=1e-12)
+    with pytest.raises(StopIteration) as done:
+        next(plan)
+    assert reads == [50.0] and done.value.value == pytest.approx(10.0 + (SPARSE_EVERY - 1) * period, abs=1e-12)
+    recorder.learner.lattice = Lattice(period, 10.0, (period, period), (), 0)
+    now[0] = 10.0 + 2.3 * period                           # woken early, 2.3 periods on
+    plan = recorder._skip(10.0)
+    next(plan)
+    with pytest.raises(StopIteration) as done:
+        next(plan)
+    assert done.value.value == pytest.approx(10.0 + 3 * period, abs=1e-12)
+
+
+def test_a_sleep_through_ticks_that_no_region_end_cuts_short_wakes_at_its_moment(wall_backend):
+    recorder = Recorder(wall_backend.all_gpus[0], wall_backend.clock, COUNTER, seed="slot0")
+    woken = []
+
+    def plan():
+        yield Skip(recorder.clock() + 0.2)
+        woken.append(recorder.clock())
+        yield recorder.clock() + 60.0
+
+    recorder.schedule = plan
+    driver = ThreadDriver(recorder)
+    started = recorder.clock()
+    driver.start()
+    try:
+        deadline = time.perf_counter() + 3.0
+        while not woken and time.perf_counter() < deadline:
+            time.sleep(0.02)
+        assert woken and 0.19 <= woken[0] - started < 2.0, woken
+    finally:
+        driver.stop()
