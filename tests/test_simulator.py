@@ -357,3 +357,25 @@ def test_work_declared_outside_a_measured_region_lengthens_the_sessions_total_to
     wall_s = time.time() - wall_started
     assert busy_s > 0.2 and wall_s < 1.0
     assert busy_s - wall_s <= virtual.simBeyondWallS(handle) - before_s <= busy_s      # the work, less its wall time
+
+
+def test_a_limit_another_process_set_a_moment_ago_is_read_as_it_is_now(sim_state):
+    """Two sessions on one GPU: one reads the limit (while the other's cap is on), the other puts it
+    back, and the first, now holding the GPU, reads the limit to save for its own restore. A read from
+    a copy cached for RECHECK_S (50 ms) saved the other's cap, restored it at the end and left the GPU
+    at 250 W one run in eight (tests/test_faults.py); settings are read from the file, and the work's
+    own reads look again when the process takes the GPU over."""
+    first, second = SimulatedNvml(state_dir=sim_state), SimulatedNvml(state_dir=sim_state)
+    for lib in (first, second):
+        lib.nvmlInit()
+    mine, theirs = first.nvmlDeviceGetHandleByIndex(0), second.nvmlDeviceGetHandleByIndex(0)
+    second.nvmlDeviceSetPowerManagementLimit(theirs, 250_000)
+    assert first.nvmlDeviceGetEnforcedPowerLimit(mine) == 250_000          # cached from here on
+    second.nvmlDeviceSetPowerManagementLimit(theirs, 700_000)             # the other session's restore
+    assert first.nvmlDeviceGetEnforcedPowerLimit(mine) == 700_000
+    assert first.nvmlDeviceGetPowerManagementLimit(mine) == 700_000
+    first.simUseDevices([])                                               # its test let the GPU go (state cached)
+    second.nvmlDeviceSetPowerManagementLimit(theirs, 400_000)
+    first.simUseDevices([0])                                              # a hand-over: the file is looked at again
+    device = first.machine.devices[0]
+    assert device.enforced_limit_mw(device.state_file.read()) == 400_000

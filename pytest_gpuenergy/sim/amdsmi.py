@@ -243,7 +243,7 @@ class SimulatedAmdSmi(SimulatedLibrary):
         """The board's enforced cap in uW (0 on an MI250X's second die, as the driver shows it)."""
         if device.die:
             return 0
-        return device.enforced_limit_mw(device.state_file.read()) * device.spec.dies * 1000
+        return device.enforced_limit_mw(device.state_file.read(fresh=True)) * device.spec.dies * 1000
 
     def amdsmi_get_power_cap_info(self, handle: SimDeviceHandle) -> dict[str, int]:
         with self.machine.lock:

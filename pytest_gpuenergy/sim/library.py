@@ -188,7 +188,7 @@ class SimulatedLibrary:
         """The locked SM clock range (min, max) in MHz, or None. Real NVML has no such reading: the
         plugin knows a real GPU's lock only from its own journal (see ``clocks.py``)."""
         with self.machine.lock:
-            state = self._any_device(handle, "read").state_file.read()
+            state = self._any_device(handle, "read").state_file.read(fresh=True)
             return (state.locked_sm_min_mhz, state.locked_sm_max_mhz) if state.sm_clock_locked else None
 
     def simStateFile(self, handle: SimDeviceHandle) -> Path:

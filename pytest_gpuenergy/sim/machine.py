@@ -290,6 +290,7 @@ class SimulatedMachine:
             if wanted == self.active:
                 return          # no hand-over (a meter's region on the GPUs its test holds already)
             for device in self.devices:
+                device.state_file.expire()    # another process may have changed its limit meanwhile
                 device.advance()
                 # A hand-over: the next holder's counter starts after this work. On a virtual clock
                 # no other process reads this one's counter: committing (a locked rewrite of the

@@ -130,12 +130,12 @@ class SimulatedNvml(SimulatedLibrary):
     # -- power limits ------------------------------------------------------------------------
     def nvmlDeviceGetPowerManagementLimit(self, handle: SimDeviceHandle) -> int:
         with self.machine.lock:
-            return self._device(handle, "read").state_file.read().limit_mw
+            return self._device(handle, "read").state_file.read(fresh=True).limit_mw
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimDeviceHandle) -> int:
         with self.machine.lock:
             device = self._device(handle, "read")
-            return device.enforced_limit_mw(device.state_file.read())
+            return device.enforced_limit_mw(device.state_file.read(fresh=True))
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimDeviceHandle) -> int:
         return int(self._device(handle).spec.default_limit_w * 1000)

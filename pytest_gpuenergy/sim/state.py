@@ -136,9 +136,14 @@ class GpuStateFile:
         self._cached_stamp: tuple[int, int, int] | None = None
         self._checked_at = -1.0
 
-    def read(self) -> GpuState:
+    def read(self, *, fresh: bool = False) -> GpuState:
+        """The state, from the copy read up to ``RECHECK_S`` ago unless ``fresh``: a setting read to be
+        put back later (a limit, a clock lock) must be the file's, or a process that read the GPU while
+        another session's cap was on it would restore that cap (two sessions sharing a GPU left it at
+        250 W one run in eight)."""
         now = time.monotonic()
-        if self._cached is not None and self._cached_stamp is not None and now - self._checked_at < self.RECHECK_S:
+        if (not fresh and self._cached is not None and self._cached_stamp is not None
+                and now - self._checked_at < self.RECHECK_S):
             return self._cached
         self._checked_at = now
         try:
@@ -152,6 +157,10 @@ class GpuStateFile:
         except FileNotFoundError:
             with file_lock(self.folder, self._lock_name) as folder_fd:
                 return self._load_or_create(folder_fd)
+
+    def expire(self) -> None:
+        """The next read looks at the file (another process may have changed it: a hand-over)."""
+        self._checked_at = -1.0
 
     def update(self, change: Callable[[GpuState], GpuState], *, durable: bool = True) -> GpuState:
         with file_lock(self.folder, self._lock_name) as folder_fd:
