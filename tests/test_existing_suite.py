@@ -211,6 +211,18 @@ def test_a_suite_of_many_tests_shows_its_30_heaviest_in_the_terminal_and_all_wit
     assert len([line for line in every.stdout.lines if rows.match(line)]) == 32
     assert "highest ETS per call" not in " ".join(every.stdout.lines)
 
+
+def test_a_pytest_xdist_workers_cases_keep_the_meters_notes_in_the_saved_run(pytester):
+    """The meter's notes are on a result as a whole; a worker hands its cases to the controller, which
+    saves the run: a 5 ms region's case still says its figure is coarse (under -n 2 they were lost)."""
+    pytester.makepyfile(test_short=spin_source() + "".join(f"\ndef test_{i}():\n    spin(0.005)\n" for i in range(4)))
+    result = pytester.runpytest_subprocess("--energy-all", "--energy-save", "-n", "2", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    cases = saved_cases(pytester.path / ".energy")
+    assert len(cases) == 4
+    for case in cases:
+        assert any("fewer than 2 publications of the energy counter" in note for note in case["notes"]), case["notes"]
+
 # -- budgets files ---------------------------------------------------------------------------------
 
 GOOD_BUDGET = '''format = "pytest-gpuenergy-budgets"

@@ -474,8 +474,7 @@ class EnergySession:
     def export_cases(self) -> str:
         """The cases as JSON, for a pytest-xdist worker to hand to the controller."""
         return json.dumps([
-            [case_id, [CaseEntry.from_gpu_result(case_id, gpu, slot, record.outcome, record.merged.per_domain).to_json()
-                       for slot, gpu in enumerate(record.merged.per_gpu)]]
+            [case_id, [entry.to_json() for entry in CaseEntry.entries_of(case_id, record.merged, record.outcome)]]
             for case_id, record in self.cases.items()
         ])
 

@@ -72,7 +72,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..meter.results import Domain, DomainEnergy, GpuResult
+from ..meter.results import Domain, DomainEnergy, EnergyResult, GpuResult
 from . import PASSED, Outcome
 from .ids import node_id_of
 
@@ -119,6 +119,15 @@ class CaseEntry(GpuResult):
         figures = {f.name: getattr(gpu, f.name) for f in fields(GpuResult)}
         return cls(**figures, case_id=case_id, test=node_id_of(case_id), gpu_slot=slot, outcome=outcome,
                    per_domain=dict(per_domain or {}))
+
+    @classmethod
+    def entries_of(cls, case_id: str, result: EnergyResult, outcome: Outcome = PASSED) -> list[CaseEntry]:
+        """Each GPU's case of ``result``. The meter's notes (a coarse figure, CPU time standing for GPU
+        work, a host figure's estimate) belong to the result as a whole: every GPU's case keeps them
+        with its own, so that a saved run, and a pytest-xdist worker's hand-over, carry them."""
+        return [cls.from_gpu_result(case_id, replace(gpu, notes=tuple(sorted({*gpu.notes, *result.notes}))), slot,
+                                    outcome, result.per_domain)
+                for slot, gpu in enumerate(result.per_gpu)]
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> CaseEntry:

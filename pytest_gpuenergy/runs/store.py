@@ -10,7 +10,6 @@ import re
 import secrets
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,15 +52,11 @@ def build_documents(
     for case_id, result in cases:
         if not isinstance(case_id, str) or not case_id:
             raise ValueError(f"build_documents: case id {case_id!r} must be a non-empty string (a pytest node id)")
-        for slot, gpu in enumerate(result.per_gpu):
+        for gpu in result.per_gpu:
             if not gpu.repetitions:
                 raise ValueError(f"build_documents: case {case_id!r} has no repetition on GPU {gpu.gpu_index}")
-            outcome = (outcomes or {}).get(case_id, PASSED)
-            # The meter's notes (a coarse figure, CPU time standing for GPU work, a host figure's
-            # estimate) belong to the result as a whole: each of its GPUs' cases keeps them.
-            notes = tuple(sorted({*gpu.notes, *result.notes}))
-            groups.setdefault((gpu.backend, gpu.gpu_name), []).append(
-                CaseEntry.from_gpu_result(case_id, replace(gpu, notes=notes), slot, outcome, result.per_domain))
+        for entry in CaseEntry.entries_of(case_id, result, (outcomes or {}).get(case_id, PASSED)):
+            groups.setdefault((entry.backend, entry.gpu_name), []).append(entry)
     documents = []
     for (backend, model), entries in groups.items():
         documents.append(RunDocument(
