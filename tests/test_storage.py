@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuenergy.errors import StorageError
-from pytest_gpuenergy.meter.results import EnergyResult, Repetition
+from pytest_gpuenergy.meter.results import DomainEnergy, EnergyResult, Repetition
 from pytest_gpuenergy.runs import store as storage
 from pytest_gpuenergy.runs.ids import node_id_of
 from pytest_gpuenergy.runs.provenance import collect_commit_info
@@ -153,13 +153,16 @@ def test_a_case_keeps_its_results_notes_on_each_gpu_and_its_gpus_own(tmp_path):
     every GPU's case of it keeps them, with its own, once each and in order, through a save and a load."""
     first = gpu_result(cap="current", limit_w=700.0, notes=("d: the first GPU's own", "b: both"))
     second = replace(gpu_result(cap="current", limit_w=700.0, gpu_index=1), notes=())
-    result = EnergyResult(per_gpu=(first, second), notes=("c: coarse", "a: CPU time stood for GPU work", "b: both"))
+    cpu = DomainEnergy(ets_j=2.0, ets_low_j=1.5, ets_high_j=2.5, simulated=True)
+    result = EnergyResult(per_gpu=(first, second), notes=("c: coarse", "a: CPU time stood for GPU work", "b: both"),
+                          per_domain={"cpu": cpu})
     doc = build_documents([("t.py::test_two", result)], machine={}, options={}, commit=None)[0]
     loaded = load_document(RunStore(tmp_path).save(doc))
     assert [case.notes for case in loaded.cases] == [
         ("a: CPU time stood for GPU work", "b: both", "c: coarse", "d: the first GPU's own"),
         ("a: CPU time stood for GPU work", "b: both", "c: coarse"),
     ]
+    assert [case.per_domain for case in loaded.cases] == [{"cpu": cpu}, {"cpu": cpu}]     # the case's, on each GPU
 
 def test_saving_never_overwrites(tmp_path):
     store = RunStore(tmp_path)
