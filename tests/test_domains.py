@@ -62,6 +62,19 @@ def test_gpu_cpu_and_dram_give_per_domain_figures_and_the_nodes_total_in_the_run
     result.stdout.fnmatch_lines(["*ETS per call by domain*", "*test_train* gpu * J, cpu * J, dram * J, node * J*"])
 
 
+@pytest.mark.sim_gpus("H100,H100")
+def test_a_case_on_two_gpus_prints_its_domain_line_once(pytester: pytest.Pytester) -> None:
+    """Each GPU of a case has a row of its own; the case's domains (the GPUs' total and the host's) are
+    one line: the terminal once gave every GPU slot 0 and printed the line once per GPU."""
+    pytester.makepyfile(test_work=suite().replace("@pytest.mark.energy(", "@pytest.mark.energy(gpus=2, "))
+    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    result.assert_outcomes(passed=1)
+    rows = [line for line in result.outlines if line.startswith("test_train ")]
+    assert len(rows) == 2, result.outlines       # a row per GPU
+    domain_lines = [line for line in result.outlines if "test_train" in line and "node" in line]
+    assert len(domain_lines) == 1, result.outlines
+
+
 @pytest.mark.slow
 def test_pytest_xdist_workers_hand_per_domain_to_the_controller(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=suite())

@@ -310,8 +310,7 @@ def session_lines(cases: Iterable[tuple[str, EnergyResult]], width: int | None =
                   outcomes: Mapping[str, Outcome] | None = None, most_tests: int | None = None) -> list[str]:
     """The session's measured cases (``(case id, EnergyResult)``, ``outcomes`` by case id) as results lines."""
     outcomes = outcomes or {}
-    entries = [CaseEntry.from_gpu_result(case_id, gpu, outcome=outcomes.get(case_id, PASSED), per_domain=result.per_domain)
-               for case_id, result in cases for gpu in result.per_gpu]
+    entries = [entry for case_id, result in cases for entry in CaseEntry.entries_of(case_id, result, outcomes.get(case_id, PASSED))]
     return results_lines(entries, width, most_tests)
 
 
