@@ -251,6 +251,55 @@ def test_a_link_swapped_in_and_out_while_sessions_take_the_lock_never_redirects_
     assert refused == 20                                  # a folder everyone can write is never used
 
 
+def test_a_lock_file_replaced_between_two_takings_is_taken_afresh(tmp_path):
+    """A released lock's descriptor is kept for the next test; if the file was replaced meanwhile, the
+    kept one locks nothing anyone else sees: the path's file is opened and taken (here: busy)."""
+    [path] = lock_paths(tmp_path / "locks", [UUID])
+    with holding([path], timeout_s=1):
+        pass                                          # released: its descriptor kept
+    path.unlink()
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)             # another session holds the file there now
+        with pytest.raises(GpuBusyError, match="waited 0.2 s"), holding([path], timeout_s=0.2):
+            pass
+    finally:
+        os.close(other)
+    with holding([path], timeout_s=1):                # free again: taken
+        pass
+
+
+def test_a_forked_child_never_takes_a_lock_through_its_parents_kept_descriptor(tmp_path):
+    """A forked child inherits the kept descriptor, and an ``flock`` through it would share the
+    parent's lock: the child opens the file itself, and waits while the parent holds it."""
+    [path] = lock_paths(tmp_path / "locks", [UUID])
+    with holding([path], timeout_s=1):
+        pass                                          # released: its descriptor kept
+    held_read, held_write = os.pipe()
+    said_read, said_write = os.pipe()
+    child = os.fork()
+    if child == 0:                                    # the child: waits until the parent holds the lock
+        try:
+            os.read(held_read, 1)
+            try:
+                with holding([path], timeout_s=0.3):
+                    answer = b"took it"
+            except GpuBusyError:
+                answer = b"busy"
+            os.write(said_write, answer)
+        finally:
+            os._exit(0)
+    try:
+        with holding([path], timeout_s=1):            # the parent takes it again (through its kept descriptor)
+            os.write(held_write, b"x")
+            answer = os.read(said_read, 16)
+    finally:
+        os.waitpid(child, 0)
+        for fd in (held_read, held_write, said_read, said_write):
+            os.close(fd)
+    assert answer == b"busy"
+
+
 # -- 3. locks anyone could hold; waits without a bound; signals that cannot end a restore --------------------
 
 @as_root_only

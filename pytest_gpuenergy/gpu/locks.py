@@ -10,6 +10,11 @@ file opened through it without following a link, never truncated or written
 (``fileio.open_lock_file``), and readable by its owner only: another user can neither make a
 session overwrite a file nor hold a GPU's lock (``flock`` needs only a read-only descriptor). A
 wait names the process that really holds the lock, as the kernel says (``/proc/locks``).
+
+A session takes its GPU's lock for every test, so a released lock's descriptor is kept open
+(unlocked) for the next test: it is used again only in the process that opened it (a forked
+child shares its open file, and would share its lock) and while the path still names that very
+file (else the file is opened afresh, through the checked walk).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class _Held:
 
 _registry: dict[Path, _Held] = {}
 _folders: dict[Path, HeldFolder] = {}
+_idle: dict[Path, tuple[int, int]] = {}     # a released lock's descriptor, and the pid that opened it
+_IDLE_KEPT = 8
 _mutex = threading.Lock()
 
 
@@ -65,13 +72,34 @@ def _open_lock(path: Path) -> int:
         return open_lock_file(held.fd(create=True), path.name, shown=path)
 
 
+def _kept_or_opened(path: Path) -> int:
+    """The descriptor kept from this lock's last release, if this process opened it and ``path`` is
+    still that file; else the file opened afresh (``_open_lock``)."""
+    with _mutex:
+        kept = _idle.pop(path, None)
+    if kept is not None:
+        fd, opener = kept
+        try:
+            same = opener == os.getpid() and _identity(os.stat(path, follow_symlinks=False)) == _identity(os.fstat(fd))
+        except OSError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)            # (a forked child's copy: the parent's descriptor and lock stay)
+    return _open_lock(path)
+
+
+def _identity(found: os.stat_result) -> tuple[int, int]:
+    return found.st_dev, found.st_ino
+
+
 def _acquire(path: Path, timeout_s: float) -> None:
     with _mutex:
         held = _registry.get(path)
         if held is not None:
             held.count += 1
             return
-    fd = _open_lock(path)
+    fd = _kept_or_opened(path)
 
     def busy(holder: str) -> GpuLockBusy:
         return GpuLockBusy(
@@ -99,7 +127,10 @@ def _release(path: Path) -> None:
             return
         del _registry[path]
     fcntl.flock(held.fd, fcntl.LOCK_UN)
-    os.close(held.fd)
+    with _mutex:
+        _idle[path] = (held.fd, os.getpid())
+        while len(_idle) > _IDLE_KEPT:
+            os.close(_idle.pop(next(iter(_idle)))[0])
 
 
 @contextlib.contextmanager
