@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import detection_power  # noqa: E402
+import energy_all_overhead  # noqa: E402
 import run_all  # noqa: E402
 
 
@@ -316,3 +317,14 @@ def test_the_read_dating_probes_lattice_residuals_are_each_middles_distance_from
     middles[6] -= 0.097            # 3 ms after the tick before it
     assert nvml_read_dating.lattice_residuals_ms(middles) == pytest.approx([0, 0, 0, 0, 2.0, 0, 3.0, 0, 0], abs=1e-6)
     assert nvml_read_dating.lattice_residuals_ms([]) == []
+
+
+def test_energy_all_overhead_splits_what_a_session_pays_once_from_what_each_test_pays() -> None:
+    """Pair by pair: 600 tests add 2.5, 2.0 and 3.0 s (median 2.5); one test adds 0.3, 0.1 and 0.2 s
+    (median 0.2): 0.2 s once, and (2.5 - 0.2) / 599 s a test, against the 600 tests' 5 s without."""
+    short = {"with_s": [7.5, 7.0, 8.0], "without_s": [5.0, 5.0, 5.0]}
+    single = {"with_s": [1.3, 1.1, 1.2], "without_s": [1.0, 1.0, 1.0]}
+    found = energy_all_overhead.split(short, single)
+    assert found["once_s"] == pytest.approx(0.2)
+    assert found["once_share"] == pytest.approx(0.2 / 5.0)
+    assert found["per_test_ms"] == pytest.approx(2.3 / 599 * 1000.0)
