@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuenergy.meter.region import PendingResult
+from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes
 
 
 class Build:
@@ -94,3 +94,40 @@ def test_the_limits_a_region_records_are_read_each_time_the_default_once(sim_sta
         assert len(asked) == 1                      # the default, once
     finally:
         backend.close()
+
+
+class Listed:
+    """A device whose library lists ``pids`` on it; counts how often it was asked."""
+
+    simulated = True
+
+    def __init__(self, *pids: int) -> None:
+        self.pids = list(pids)
+        self.asked = 0
+
+    def processes(self) -> list[int]:
+        self.asked += 1
+        return list(self.pids)
+
+
+def test_a_regions_start_takes_the_running_processes_from_an_end_asked_just_before():
+    """Back-to-back short tests: a region's start reuses the list the previous region's end asked for
+    at most ``reuse_s`` before; an end always asks, and a start after longer asks again."""
+    gpu = Listed(4242)
+    assert other_processes([gpu], now=100.0) == [{4242}]                        # an end: asked
+    gpu.pids = [4242, 5151]
+    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.04) == [{4242}]   # the next start: reused
+    assert gpu.asked == 1
+    assert other_processes([gpu], now=100.045) == [{4242, 5151}]                # its end asks again
+    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.1) == [{4242, 5151}]
+    assert gpu.asked == 3                                                        # 55 ms later: asked again
+    gpu.pids = []
+    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.2) == [set()] and gpu.asked == 4
+
+
+def test_another_devices_list_is_never_reused():
+    """Two simulated machines in one process have GPUs of the same UUID: each device keeps its own list."""
+    first, second = Listed(4242), Listed()
+    assert other_processes([first], now=50.0) == [{4242}]
+    assert other_processes([second], reuse_s=PROCESS_LIST_REUSE_S, now=50.01) == [set()]
+    assert (first.asked, second.asked) == (1, 1)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,9 @@ from .recorder import COUNTER, Recorder
 from .results import EnergyResult, PhaseFigures
 
 WAIT_PERIODS = 6                 # how many publication periods to wait for the ones after a region
+# A region's start takes its GPUs' running processes from the previous region's end if that was asked
+# this recently (back-to-back short tests: one ends a few ms before the next starts); every end asks.
+PROCESS_LIST_REUSE_S = 0.05
 CPU_TIME_NOTE = ("simulated GPU work: nothing was declared, so the process's CPU time stood for it and the "
                  "figure varies with the host (declare it: pytest_gpuenergy.sim.declare_work, or energy(work=...))")
 NO_TIME_NOTE = ("simulated GPU work: the region took no time: work was declared earlier in this test, and from then on "
@@ -67,7 +72,7 @@ class Region:
         self.planned_calls = planned_calls
         if align is not None:
             align(self)
-        self.others = other_processes([r.gpu for r in self.recorders])
+        self.others = other_processes([r.gpu for r in self.recorders], reuse_s=PROCESS_LIST_REUSE_S)
         self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
         self.host_marks = [host.mark()] if host is not None else []
@@ -343,19 +348,32 @@ def _check_moving(recorder: Recorder, reads: list, period: float) -> None:
         )
 
 
-def other_processes(gpus: Sequence[Gpu]) -> list[set[int]]:
+# By the device object (a backend's own: two simulated machines in one process share UUIDs): when its
+# list was asked (time.monotonic), the PIDs.
+_process_lists: weakref.WeakKeyDictionary[Gpu, tuple[float, frozenset[int]]] = weakref.WeakKeyDictionary()
+
+
+def other_processes(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, now: float | None = None) -> list[set[int]]:
     """Per GPU, the PIDs of other processes its library (NVML, AMD SMI) lists on it.
 
     Under a PID namespace (a container) the library reports host PIDs, so this process's own PID may not
     be in the list; then one listed process is taken to be this one and only a second is "other".
+    ``reuse_s``: a list asked at most that long ago (``now``, on ``time.monotonic``) stands for a new one:
+    the library's call is one of its slower ones, and a suite of short tests asked it twice a test.
     """
     me = os.getpid()
+    now = time.monotonic() if now is None else now
     found = []
     for gpu in gpus:
-        try:
-            pids = set(gpu.processes())
-        except DeviceError:
-            pids = set()
+        kept = _process_lists.get(gpu)
+        if kept is not None and 0.0 <= now - kept[0] <= reuse_s:
+            pids = set(kept[1])
+        else:
+            try:
+                pids = set(gpu.processes())
+            except DeviceError:
+                pids = set()
+            _process_lists[gpu] = (now, frozenset(pids))
         if me in pids:
             pids.discard(me)
         elif len(pids) == 1 and not gpu.simulated:
