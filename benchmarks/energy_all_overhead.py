@@ -1,6 +1,6 @@
 """What ``--energy-all`` adds to a suite's wall time: 600 short plain tests, and the main job.
 
-    python benchmarks/energy_all_overhead.py [--quick] [--pairs N]
+    python benchmarks/energy_all_overhead.py [--quick] [--pairs N] [--parts] [--backend sim|nvml]
 
 * **600 plain tests of about 5 ms each** (5 ms of CPU: on the simulated GPU the CPU time of a
   measured region stands for GPU work), in one pytest process, with ``--energy-all`` and without it;
@@ -26,6 +26,7 @@ it that way (the figures before 2026-11-27).
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
@@ -100,6 +101,34 @@ def ratio(base: list[str], cwd: Path, env: dict[str, str], pairs: int) -> dict:
             "cpu_overhead": statistics.median(cpu_ratios), "with_cpu_s": with_cpu_s, "without_cpu_s": without_cpu_s}
 
 
+def parts(command: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """One run with ``--energy-all`` and one without, each under ``energy_all_parts.py``: per test, the
+    time of pytest's setup, call and teardown, and of the plugin's parts (with only)."""
+    found = {}
+    for energy_all in (True, False):
+        out = cwd / f"parts-{energy_all}.json"
+        part_env = {**env, "GPUENERGY_PARTS_OUT": str(out),
+                    "PYTHONPATH": os.pathsep.join([str(common.BENCH_DIR), env.get("PYTHONPATH", "")])}
+        subprocess.run([*command, "-p", "energy_all_parts", *(["--energy-all"] if energy_all else [])], cwd=cwd,
+                       env=part_env, capture_output=True, text=True, timeout=1800, check=True)
+        document = json.loads(out.read_text(encoding="utf-8"))
+        tests = max(document["tests"], 1)
+        found["with" if energy_all else "without"] = {
+            label: {"calls_per_test": part["calls"] / tests, "us_per_test": part["total_s"] / tests * 1e6}
+            for label, part in document["parts"].items()}
+    return found
+
+
+def print_parts(row: dict) -> None:
+    with_parts, without_parts = row["parts"]["with"], row["parts"]["without"]
+    common.print_table(
+        ["part", "calls a test", "us a test", "without --energy-all"],
+        [[label, f"{part['calls_per_test']:.2f}", f"{part['us_per_test']:.0f}",
+          f"{without_parts[label]['us_per_test']:.0f}" if label in without_parts else ""]
+         for label, part in with_parts.items()],
+        title=f"{row['suite']}: where the time goes (one run each way; parts nest, so they do not add up)")
+
+
 def real_gpu_name() -> str:
     import pynvml
 
@@ -116,6 +145,8 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=None, help="pairs of runs per figure (default 5, --quick 3)")
     p.add_argument("--no-bytecode-cache", action="store_true",
                    help="compile the plugin's modules in every process (PYTHONDONTWRITEBYTECODE=1), as before 2026-11-27")
+    p.add_argument("--parts", action="store_true",
+                   help="also run the 600 tests once more each way under energy_all_parts.py: where the added time goes")
     p.add_argument("--backend", default="sim", choices=("sim", "nvml"),
                    help="sim (default: the simulated GPU) or nvml (a real GPU, read-only: no caps; every NVML setter refuses)")
     args = p.parse_args()
@@ -147,6 +178,8 @@ def main() -> None:
         rows.append({"suite": f"600 tests of 5 ms ({where_run})", **short, "goal": SHORT_GOAL, **split(short, single)})
         goals.append({"goal": "energy_all_overhead" + ("_real_gpu" if real else ""), "figure": short["overhead"],
                       "target": SHORT_GOAL, "met": short["overhead"] <= SHORT_GOAL, "simulated": not real})
+        if args.parts:
+            rows[-1]["parts"] = parts([sys.executable, "-m", "pytest", "-q", *_OFF, *safety, "test_short.py"], where, env)
         if not args.quick and not real:
             main_job = ratio([sys.executable, "-m", "pytest", "-q", *_OFF, "reference_workloads", "--gpu-caps=60%,80%,100%"],
                              common.REPO_ROOT, env, max(1, pairs // 2))
@@ -159,6 +192,8 @@ def main() -> None:
           f"{r['cpu_overhead']:+.1%}", f"<= {r['goal']:.0%}", r["overhead"] <= r["goal"]] for r in rows],
         title=f"--energy-all: wall time added ({pairs} ABBA pairs, fresh processes)")
     for r in rows:
+        if "parts" in r:
+            print_parts(r)
         if "once_s" in r:
             print(f"{r['suite']}: {r['once_s']:.2f} s once a session ({r['once_share']:+.1%} of the suite: the plugin's "
                   f"start, end and imports, from a one-test suite) and {r['per_test_ms']:.2f} ms a test")

@@ -328,3 +328,25 @@ def test_energy_all_overhead_splits_what_a_session_pays_once_from_what_each_test
     assert found["once_s"] == pytest.approx(0.2)
     assert found["once_share"] == pytest.approx(0.2 / 5.0)
     assert found["per_test_ms"] == pytest.approx(2.3 / 599 * 1000.0)
+
+
+def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing(pytester, monkeypatch):
+    """The timing plugin a real GPU's session runs (``energy_all_overhead.py --parts``): 3 plain tests
+    under ``--energy-all`` give one lock, one meter and one region a test, the simulator's world
+    started over each test, and pytest's three phases; the tests pass and are measured as without it."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")]))
+    out = pytester.path / "parts.json"
+    monkeypatch.setenv("GPUENERGY_PARTS_OUT", str(out))
+    pytester.makepyfile(test_three="def test_a():\n    pass\n\ndef test_b():\n    pass\n\ndef test_c():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "energy_all_parts", "--energy-all", "--energy-json=report.json")
+    result.assert_outcomes(passed=3)
+    found = json.loads(out.read_text())
+    assert found["tests"] == 3
+    calls = {label: part["calls"] for label, part in found["parts"].items()}
+    for label in ("GPU lock: take", "GPU lock: let go", "session: a test's meter", "meter: region start",
+                  "meter: region end", "backend: a test's world (simulator)", "pytest: setup", "pytest: call",
+                  "pytest: teardown", "library: enforced limit"):
+        assert calls[label] == 3, label
+    assert all(part["total_s"] > 0 for part in found["parts"].values())
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert len(report["runs"][0]["cases"]) == 3

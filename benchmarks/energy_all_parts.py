@@ -1,0 +1,106 @@
+"""Where ``--energy-all``'s time goes inside a session: a pytest plugin that times the parts of a test.
+
+    GPUENERGY_PARTS_OUT=parts.json python -m pytest -p energy_all_parts --energy-all ...   (benchmarks/ on PYTHONPATH)
+
+``energy_all_overhead.py --parts`` runs it once with ``--energy-all`` and once without. It times
+pytest's setup, call and teardown of every test (as the outermost hook wrappers), and the plugin's
+own calls a test makes: the GPU lock, the hand-over of the GPUs and (simulator) the world started
+over, the meter and its recorders, a region's start and end, the running processes and the limit
+read at its edges, working a figure out. Each wrapper costs about a microsecond, so a part's figure
+is its own time give or take that; parts nest (a region's end includes the processes it lists),
+so they do not add up. Nothing is changed: every wrapped call runs as it would. The figures say
+where a real GPU's milliseconds go, which the whole-process timing cannot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+_total_s: dict[str, float] = defaultdict(float)
+_calls: dict[str, int] = defaultdict(int)
+_tests = [0]
+
+
+def _timed(owner: Any, name: str, label: str) -> None:
+    """Replace ``owner.name`` (a function or method) by one that adds its time to ``label``."""
+    original: Callable[..., Any] | None = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if original is None or getattr(original, "_timed_part", False):
+        return
+
+    @functools.wraps(original)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _total_s[label] += time.perf_counter() - started
+            _calls[label] += 1
+
+    timed._timed_part = True  # type: ignore[attr-defined]
+    setattr(owner, name, timed)
+
+
+def _wrap_parts() -> None:
+    from pytest_gpuenergy.gpu import amd, device, locks, nvidia
+    from pytest_gpuenergy.meter import energy_meter, recorder, region
+    from pytest_gpuenergy.plugin import session
+
+    _timed(locks, "_acquire", "GPU lock: take")
+    _timed(locks, "_release", "GPU lock: let go")
+    for cls in [device.Backend, *device.Backend.__subclasses__()]:
+        _timed(cls, "use", "backend: hand the GPUs over")
+        _timed(cls, "begin_test", "backend: a test's world (simulator)")
+        _timed(cls, "synchronize", "backend: synchronise")
+    for cls in (nvidia.NvmlGpu, amd.AmdGpu):
+        _timed(cls, "processes", "library: running processes")
+        _timed(cls, "enforced_limit_mw", "library: enforced limit")
+        _timed(cls, "energy_mj", "library: energy counter")
+    _timed(session.EnergySession, "meter", "session: a test's meter")
+    _timed(session.EnergySession, "resolve", "session: figures worked out")
+    _timed(recorder.Recorders, "of", "meter: recorder (started)")
+    _timed(energy_meter.EnergyMeter, "__enter__", "meter: region start")
+    _timed(energy_meter.EnergyMeter, "__exit__", "meter: region end")
+    _timed(region, "other_processes", "region: other processes")
+    _timed(region, "resolve_reading", "region: its figure")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _wrap_parts()
+
+
+def _phase(label: str) -> Callable[..., Any]:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def hook(item: pytest.Item, *args: Any) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            return (yield)
+        finally:
+            _total_s[label] += time.perf_counter() - started
+            _calls[label] += 1
+            if label == "pytest: call":
+                _tests[0] += 1
+    return hook
+
+
+pytest_runtest_setup = _phase("pytest: setup")
+pytest_runtest_call = _phase("pytest: call")
+pytest_runtest_teardown = _phase("pytest: teardown")
+
+
+@atexit.register
+def _write() -> None:
+    out = os.environ.get("GPUENERGY_PARTS_OUT")
+    if not out:
+        return
+    parts = {label: {"calls": _calls[label], "total_s": _total_s[label]} for label in sorted(_total_s)}
+    with open(out, "w", encoding="utf-8") as file:
+        json.dump({"tests": _tests[0], "parts": parts}, file, indent=1)
