@@ -29,12 +29,12 @@ from pytest_gpuenergy.gpu.device import (
     OpenedLibrary,
     SimulatedBackend,
     SmClockLocking,
-    hiding_variable,
     open_backend,
     retry_transient,
 )
 from pytest_gpuenergy.gpu.nvidia import NvmlGpu
 from pytest_gpuenergy.gpu.placement import Placement, pin_current_device, pin_worker
+from pytest_gpuenergy.gpu.visibility import hiding_variable
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.sim.amdsmi import COUNTER_RESOLUTION_UJ, SimulatedAmdSmi
 from pytest_gpuenergy.sim.nvml import SimulatedNvml

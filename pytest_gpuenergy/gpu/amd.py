@@ -42,7 +42,8 @@ from ..errors import (
     DevicePermissionError,
     DeviceTransientError,
 )
-from .device import Gpu, OpenedLibrary, PowerLimits, hiding_variable
+from .device import Gpu, OpenedLibrary, PowerLimits
+from .visibility import hiding_variable
 
 COUNTER_PERIOD_S = 0.001        # the accumulator's refresh (metrics cached 1 ms; ROCm/ROCm#1649)
 CURRENT_POWER_WINDOW_S = 0.001  # current_socket_power: the last metrics sample

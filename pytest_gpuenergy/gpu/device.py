@@ -14,10 +14,9 @@ its work) are on ``SimulatedBackend`` only; a real backend's hooks do what a rea
 
 from __future__ import annotations
 
-import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -26,6 +25,7 @@ from ..errors import BackendUnavailable, DeviceNotSupported, DeviceTransientErro
 from ..fileio import user_state_dir
 from .moments import Moment, QueuedMoment, cuda_torch, record_event
 from .specs import BACKEND_CHOICES
+from .visibility import match_gpu, split_spec, visible_gpus
 
 Vendor = Literal["nvidia", "amd"]
 LibraryName = Literal["nvml", "amdsmi"]
@@ -38,14 +38,6 @@ RETRY_BACKOFF_S = 0.2
 SIM_RETRY_BACKOFF_S = 0.01
 _T = TypeVar("_T")
 
-#: Which variables hide GPUs from the compute runtime, per library, in the order the runtime applies
-#: them; of the names in one step the first that is set counts. NVIDIA: CUDA's. AMD (ROCm's "GPU
-#: isolation techniques"): ``ROCR_VISIBLE_DEVICES`` first, then HIP's, for which HIP also reads
-#: ``CUDA_VISIBLE_DEVICES`` ("for portability across vendors") where ``HIP_VISIBLE_DEVICES`` is unset.
-VISIBILITY_VARIABLES: dict[str, tuple[tuple[str, ...], ...]] = {
-    "nvml": (("CUDA_VISIBLE_DEVICES",),),
-    "amdsmi": (("ROCR_VISIBLE_DEVICES",), ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")),
-}
 
 
 @dataclass(frozen=True)
@@ -287,12 +279,12 @@ class Backend:
                 "no GPU is visible: CUDA_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES) hides all of "
                 "them; unset it or name a GPU"
             )
-        items = _split(spec)
+        items = split_spec(spec)
         if not items or items == ["all"]:
             return list(self.visible_gpus)
         chosen: list[Gpu] = []
         for item in items:
-            gpu = _match_gpu(self.visible_gpus, item, by_library_index=False)
+            gpu = match_gpu(self.visible_gpus, item, by_library_index=False)
             if gpu is None:
                 known = ", ".join(f"{g.index} ({g.uuid})" for g in self.visible_gpus)
                 raise GpuSelectionError(f"--gpu-devices: no visible GPU matches {item!r}; visible GPUs: {known}")
@@ -444,84 +436,6 @@ class SimulatedBackend(Backend):
         if self.amdsmi is not None:
             self.amdsmi.amdsmi_shut_down()
         self.nvml.nvmlShutdown()
-
-
-def visible_gpus(gpus: Sequence[Gpu], variables: Mapping[str, str | None] | None = None, *,
-                 simulated: bool = False) -> list[Gpu]:
-    """The GPUs the compute runtimes may use: each library's GPUs filtered by its variable
-    (``VISIBILITY_VARIABLES``), NVIDIA's first.
-
-    The libraries themselves ignore the variables, so the plugin applies them: entries are the
-    library's indices or (prefixes of) UUIDs; like CUDA, parsing stops at the first entry that
-    matches nothing. For AMD, ``ROCR_VISIBLE_DEVICES`` picks first and ``HIP_VISIBLE_DEVICES`` (else
-    ``CUDA_VISIBLE_DEVICES``) indexes what it left. Indices are PCI order: set
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees. ``variables``: the environment (default
-    ``os.environ``). A variable set to "" hides every GPU of its library; on the simulator it is
-    ignored (CPU-only CI jobs set it, and simulated GPUs stand in for none of the host's).
-    """
-    if variables is None:
-        variables = os.environ
-    chosen: list[Gpu] = []
-    for library, steps in VISIBILITY_VARIABLES.items():
-        mine = [g for g in gpus if g.library == library]
-        for names in steps:
-            value = next((found for name in names if (found := variables.get(name)) is not None), None)
-            if value is None or (simulated and not _split(value)):
-                continue
-            mine = _visible(mine, value, next(name for name in names if variables.get(name) is not None))
-        chosen += mine
-    return chosen
-
-
-def hiding_variable(library: str, variables: Mapping[str, str | None] | None = None) -> str | None:
-    """The variable set to "" that hides every GPU of ``library`` from its runtime (CPU-only CI jobs
-    set ``CUDA_VISIBLE_DEVICES=""``, which HIP reads too), or None: ``auto`` then counts none found."""
-    if variables is None:
-        variables = os.environ
-    for names in VISIBILITY_VARIABLES[library]:
-        name = next((name for name in names if variables.get(name) is not None), None)
-        if name is not None and not _split(variables[name]):
-            return name
-    return None
-
-
-def _visible(gpus: Sequence[Gpu], spec: str, name: str = "") -> list[Gpu]:
-    """The GPUs ``spec`` (the variable ``name``) names, in its order: an index counts the GPUs left so
-    far (as HIP's variable indexes what ROCR's left), a UUID prefix names one.
-
-    An AMD UUID that matches none is an error, not a GPU silently hidden: ROCR's own UUIDs (rocminfo's)
-    need not be the ones AMD SMI gives, which the plugin shows."""
-    chosen: list[Gpu] = []
-    for item in _split(spec):
-        if item.isdigit():
-            gpu = gpus[int(item)] if int(item) < len(gpus) else None
-        else:
-            gpu = _match_gpu(gpus, item, by_library_index=True)
-            if gpu is None and gpus and gpus[0].library == "amdsmi":
-                known = ", ".join(f"{g.library_index} ({g.uuid})" for g in gpus)
-                raise GpuSelectionError(f"{name}: no AMD GPU has the UUID {item!r} as AMD SMI reports them ({known}); "
-                                        f"name them by index (as gpuenergy info lists them) instead")
-        if gpu is None:
-            break
-        if gpu not in chosen:
-            chosen.append(gpu)
-    return chosen
-
-
-def _split(spec: str | Sequence[str] | None) -> list[str]:
-    if spec is None:
-        return []
-    parts = spec.split(",") if isinstance(spec, str) else list(spec)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _match_gpu(gpus: Sequence[Gpu], item: str, *, by_library_index: bool) -> Gpu | None:
-    if item.isdigit():
-        return next((g for g in gpus if (g.library_index if by_library_index else g.index) == int(item)), None)
-    if item.startswith("GPU-") and len(item) > 4:
-        matches = [g for g in gpus if g.uuid.startswith(item)]
-        return matches[0] if len(matches) == 1 else None
-    return None
 
 
 def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_seed: int | None = None) -> Backend:

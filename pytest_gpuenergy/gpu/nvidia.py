@@ -24,7 +24,8 @@ from ..errors import (
     DeviceTransientError,
     GpuLostError,
 )
-from .device import Gpu, OpenedLibrary, PowerLimits, hiding_variable
+from .device import Gpu, OpenedLibrary, PowerLimits
+from .visibility import hiding_variable
 
 COUNTER_PERIOD_S = 0.1           # NVML's energy counter is published every 100 ms (its documentation)
 INSTANT_POWER_WINDOW_S = 0.025   # NVML_FI_DEV_POWER_INSTANT on A100/H100 (Yang et al., SC'24)

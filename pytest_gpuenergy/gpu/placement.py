@@ -171,7 +171,7 @@ def pin_current_device(held: Sequence[Gpu], all_gpus: Sequence[Gpu]) -> int | No
     torch = sys.modules.get("torch")
     if torch is None or not held or not _cuda_initialised():
         return None
-    from .device import visible_gpus
+    from .visibility import visible_gpus
 
     order = [g for g in visible_gpus(all_gpus) if g.library == held[0].library]   # torch sees one vendor's
     if held[0] not in order:
