@@ -269,6 +269,24 @@ def test_a_lock_file_replaced_between_two_takings_is_taken_afresh(tmp_path):
         pass
 
 
+def test_a_kept_descriptor_replaced_by_a_later_release_is_closed(tmp_path):
+    """Two threads that missed each other's taking open the file twice; the later release keeps its
+    own descriptor and closes the one kept before (none is left open and forgotten)."""
+    from pytest_gpuenergy.gpu import locks
+
+    [path] = lock_paths(tmp_path / "locks", [UUID])
+    with holding([path], timeout_s=1):
+        pass
+    first = locks._idle[path][0]
+    second = os.open(path, os.O_RDWR)
+    fcntl.flock(second, fcntl.LOCK_EX)
+    locks._registry[path] = locks._Held(second)      # the other thread's taking, registered after the first let go
+    locks._release(path)
+    assert locks._idle[path][0] == second
+    with pytest.raises(OSError):
+        os.fstat(first)                               # closed
+
+
 def test_a_forked_child_never_takes_a_lock_through_its_parents_kept_descriptor(tmp_path):
     """A forked child inherits the kept descriptor, and an ``flock`` through it would share the
     parent's lock: the child opens the file itself, and waits while the parent holds it."""

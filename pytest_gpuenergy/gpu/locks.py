@@ -128,6 +128,9 @@ def _release(path: Path) -> None:
         del _registry[path]
     fcntl.flock(held.fd, fcntl.LOCK_UN)
     with _mutex:
+        replaced = _idle.pop(path, None)        # (two threads that took it one after the other)
+        if replaced is not None:
+            os.close(replaced[0])
         _idle[path] = (held.fd, os.getpid())
         while len(_idle) > _IDLE_KEPT:
             os.close(_idle.pop(next(iter(_idle)))[0])
