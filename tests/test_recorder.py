@@ -210,8 +210,8 @@ class FailingGpu:
         self.error = DeviceTransientError("NVML_ERROR_TIMEOUT")
         self.fails = True
 
-    def limits(self) -> SimpleNamespace:
-        return SimpleNamespace(max_mw=700_000)
+    def max_limit_mw(self) -> int:
+        return 700_000
 
     def energy_mj(self) -> int:
         if self.fails:

@@ -129,7 +129,7 @@ class Gpu(ABC):
         self.simulated = simulated
         self.retry_backoff_s = SIM_RETRY_BACKOFF_S if simulated else RETRY_BACKOFF_S
         self._has_counter: bool | None = None
-        self._default_limit_mw: int | None = None
+        self._board_limits: PowerLimits | None = None    # read once: the default and range are the board's
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.index}, {self.name!r})"
@@ -208,9 +208,17 @@ class Gpu(ABC):
     def default_limit_mw(self) -> int:
         """The board's default power limit: a constant of the board, read once (every measured region
         records it, and ``limits`` is four library calls)."""
-        if self._default_limit_mw is None:
-            self._default_limit_mw = self.limits().default_mw
-        return self._default_limit_mw
+        return self._constant_limits().default_mw
+
+    def max_limit_mw(self) -> int:
+        """The board's highest power limit: a constant, read once with the default (a recorder bounds
+        its figures by it, and on the simulator's virtual clock a recorder starts with every test)."""
+        return self._constant_limits().max_mw
+
+    def _constant_limits(self) -> PowerLimits:
+        if self._board_limits is None:
+            self._board_limits = self.limits()
+        return self._board_limits
 
     # -- processes, partitions ------------------------------------------------------------------
     @abstractmethod

@@ -92,15 +92,13 @@ class Recorder:
     reads, whatever the host is doing).
     """
 
-    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: Method, seed: int | str | None = None,
-                 max_limit_w: float | None = None) -> None:
+    def __init__(self, gpu: Gpu, clock: Callable[[], float], method: Method, seed: int | str | None = None) -> None:
         self.gpu = gpu
         self.clock = clock
         self.method = method
         self.learner = TickLearner(gpu.counter_period_s)
         self.window_s = gpu.power_window_s if method == SAMPLING else 0.0
-        # the board's highest limit (a fixed constraint): given by Recorders, which reads it once per GPU
-        self.max_limit_w = gpu.limits().max_mw / 1000.0 if max_limit_w is None else max_limit_w
+        self.max_limit_w = gpu.max_limit_mw() / 1000.0
         self.error: BaseException | None = None
         self.last_error: BaseException | None = None
         self.driver: Any = None
@@ -501,7 +499,6 @@ class Recorders:
         self.backend = backend
         self._by_uuid: dict[str, Recorder] = {}
         self._learned: dict[tuple[str, int], RecorderState] = {}
-        self._max_limit_w: dict[str, float] = {}    # by UUID: on a virtual clock a recorder starts every test
         self._lock = threading.Lock()
         backend.on_close(self.stop)
 
@@ -517,9 +514,7 @@ class Recorders:
             return recorder
 
     def _started(self, gpu: Gpu, slot: int, state: RecorderState | None = None) -> Recorder:
-        recorder = Recorder(gpu, self.backend.clock, _method_for(gpu), seed=f"slot{slot}",
-                            max_limit_w=self._max_limit_w.get(gpu.uuid))
-        self._max_limit_w[gpu.uuid] = recorder.max_limit_w
+        recorder = Recorder(gpu, self.backend.clock, _method_for(gpu), seed=f"slot{slot}")
         virtual = self.backend.virtual_clock
         if state is not None:
             recorder.take(state)
