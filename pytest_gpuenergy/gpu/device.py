@@ -39,7 +39,6 @@ SIM_RETRY_BACKOFF_S = 0.01
 _T = TypeVar("_T")
 
 
-
 @dataclass(frozen=True)
 class PowerLimits:
     """A GPU's power-management limits, in milliwatts."""

@@ -366,7 +366,7 @@ def other_processes(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, now: float | N
     found = []
     for gpu in gpus:
         kept = _process_lists.get(gpu)
-        if kept is not None and 0.0 <= now - kept[0] <= reuse_s:
+        if reuse_s > 0 and kept is not None and 0.0 <= now - kept[0] <= reuse_s:
             pids = set(kept[1])
         else:
             try:
