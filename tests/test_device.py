@@ -73,6 +73,20 @@ def test_an_nvidia_gpu_speaks_milliwatts_and_millijoules_through_nvml(backend):
     assert gpu.simulated_state_file == backend.state_dir / "gpus" / f"{gpu.uuid}.json"
 
 
+@pytest.mark.sim_gpus("RTX4090")
+def test_the_boards_default_and_highest_limit_are_read_once_and_stay_when_a_cap_is_set(backend, monkeypatch):
+    """An RTX 4090's default (450 W) is not its highest limit (600 W): each is its own, and both come from
+    one read of the limits, which a cap set afterwards does not change (they are the board's)."""
+    gpu = backend.all_gpus[0]
+    reads = []
+    limits = gpu.limits
+    monkeypatch.setattr(gpu, "limits", lambda: reads.append(1) or limits())
+    assert (gpu.default_limit_mw(), gpu.max_limit_mw()) == (450_000, 600_000)
+    gpu.set_limit_mw(300_000)
+    assert (gpu.default_limit_mw(), gpu.max_limit_mw()) == (450_000, 600_000)
+    assert reads == [1]
+
+
 @pytest.mark.sim_gpus("MI300X")
 def test_an_amd_gpu_gives_the_same_units_from_micro_watts_and_counts_of_15_3_micro_joules(backend):
     gpu = backend.all_gpus[0]
