@@ -2,7 +2,8 @@
 pays little for being measured (``benchmarks/energy_all_overhead.py`` times it): the behaviour that
 keeps it cheap, never its speed. A test's GPUs are held by one fixture, not two, and a fixture of the
 plugin asked for late (``request.getfixturevalue``) finds them held; the GPUs' lock folder is walked
-to once; numpy is imported only for a region with phase marks; a case's merged figures are worked
+to once; numpy is imported only for a region with phase marks, the report writers only for a report asked
+for; a case's merged figures are worked
 out once for the end of the session."""
 
 from __future__ import annotations
@@ -24,22 +25,26 @@ NO_NUMPY_CONFTEST = textwrap.dedent(
     """
     import json, sys
 
-    def pytest_sessionfinish(session):
+    def pytest_unconfigure(config):     # after the plugin's end of the session
+        writers = [m for m in ("html", "json_report", "markdown") if f"pytest_gpuenergy.reports.{m}" in sys.modules]
         with open("modules.json", "w") as out:
-            json.dump({"numpy": "numpy" in sys.modules, "session": "pytest_gpuenergy.plugin.session" in sys.modules}, out)
+            json.dump({"numpy": "numpy" in sys.modules, "session": "pytest_gpuenergy.plugin.session" in sys.modules,
+                       "report_writers": writers}, out)
     """
 )
 
 
 @pytest.mark.slow
 def test_an_energy_all_session_without_phase_marks_never_imports_numpy(pytester):
-    """numpy is 85 modules: a session that measures but splits no region among phases never loads it."""
+    """numpy is 85 modules: a session that measures but splits no region among phases never loads it;
+    nor does a session that asks for no report load the report writers (about 40 ms)."""
     pytester.makeconftest(NO_NUMPY_CONFTEST)
     pytester.makepyfile(declare_source() + "\n\ndef test_one():\n    declare(0.005)\n\n\ndef test_two():\n    declare(0.006)\n")
     result = pytester.runpytest_subprocess("--energy-all", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     assert "test_one" in result.stdout.str() and "test_two" in result.stdout.str()     # both measured, in the table
-    assert json.loads((pytester.path / "modules.json").read_text()) == {"numpy": False, "session": True}
+    assert json.loads((pytester.path / "modules.json").read_text()) == {"numpy": False, "session": True,
+                                                                        "report_writers": []}
 
 
 @pytest.mark.slow

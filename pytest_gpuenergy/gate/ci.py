@@ -89,20 +89,22 @@ class EnergyGate:
             outcome.lines.append(f"gpuenergy: saved run {doc.run_id} ({doc.origin}, {doc.gpu_model}) to {path}")
 
     def _write_reports(self, outcome: GateOutcome, *, job_summary: bool = True) -> None:
-        # The report writers are imported here: most sessions write none, and every pytest run
-        # (with the plugin installed) would pay for importing them at start.
+        options = self.options
+        step_summary = options.step_summary if job_summary else None
+        if options.markdown is None and options.html is None and options.json is None and step_summary is None:
+            return      # most sessions write none: the writers are not even imported (about 40 ms)
         from ..reports.html import html_report
         from ..reports.json_report import json_report
         from ..reports.markdown import markdown_report
 
         docs, comparisons = outcome.documents, outcome.comparisons
-        baselines = comparison_baselines(self.store, comparisons)
         write_reports(
             outcome.lines, outcome.errors,
-            ((self.options.markdown, lambda: markdown_report(docs, comparisons)),
-             (self.options.html, lambda: html_report(docs, comparisons, baselines=baselines)),
-             (self.options.json, lambda: json_report(docs, comparisons))),
-            self.options.step_summary if job_summary else None, lambda: markdown_report(docs, comparisons),
+            ((options.markdown, lambda: markdown_report(docs, comparisons)),
+             (options.html, lambda: html_report(docs, comparisons,
+                                                baselines=comparison_baselines(self.store, comparisons))),
+             (options.json, lambda: json_report(docs, comparisons))),
+            step_summary, lambda: markdown_report(docs, comparisons),
         )
 
 
