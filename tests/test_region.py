@@ -131,3 +131,40 @@ def test_another_devices_list_is_never_reused():
     assert other_processes([first], now=50.0) == [{4242}]
     assert other_processes([second], reuse_s=PROCESS_LIST_REUSE_S, now=50.01) == [set()]
     assert (first.asked, second.asked) == (1, 1)
+
+
+
+@pytest.mark.parametrize("work_s, tried_after_one", [
+    (0.005, False), (0.05, False), (0.35, True),
+    pytest.param(0.0001, True, marks=pytest.mark.sim_gpus("K80"), id="sampled-power")   # 5 ms there,
+])
+def test_a_figure_is_not_worked_out_before_the_publications_it_needs_can_be_there(
+        backend, monkeypatch, work_s, tried_after_one):
+    """Between tests every pending figure is tried without waiting (``try_resolve``). A region shorter
+    than the energy counter's period (100 ms) needs two publications after it: it is not worked out (in
+    vain, again at every test) until a read began two periods after its end; a longer one is, once a
+    read began one period after, as is any region of a GPU whose power is sampled (a K80: no counter).
+    Then the figure is there."""
+    from pytest_gpuenergy.meter import EnergyMeter, region
+
+    from helpers import declare
+
+    worked: list[int] = []
+    integrate = region._integrate
+    monkeypatch.setattr(region, "_integrate", lambda *args, **kwargs: worked.append(1) or integrate(*args, **kwargs))
+    pending: list[PendingResult] = []
+    meter = EnergyMeter(backend, backend.all_gpus[:1], on_result=pending.append)
+    with meter:
+        declare(work_s)
+    recorder, t1 = meter.recorders[0], meter.last_region[1]
+
+    def read_after(periods: float) -> None:          # the virtual clock on until a read began then
+        while not recorder.has_read_since(t1 + periods * recorder.period_s):
+            backend.sleep_until(backend.clock() + 0.002)
+
+    read_after(1.05)
+    pending[0].try_resolve()
+    assert bool(worked) == tried_after_one
+    read_after(2.05)
+    found = pending[0].try_resolve()
+    assert worked and found is not None and 0 <= found.ets_low_j <= found.ets_j <= found.ets_high_j and found.ets_j > 0
