@@ -132,6 +132,20 @@ def test_a_session_that_measured_nothing_says_so_only_when_the_gate_was_asked_fo
     assert saved_files(tmp_path / "runs") == [] and not outcome.failed
 
 
+@pytest.mark.parametrize("asked", ["markdown", "html", "json", "step_summary"])
+def test_each_report_asked_for_alone_is_written(tmp_path, asked):
+    """A session that asks for no report does not even import the writers; one asked for alone is
+    written all the same (``--energy-report-md``, ``-html``, ``-json``, ``$GITHUB_STEP_SUMMARY``)."""
+    target = tmp_path / f"report.{asked}"
+    outcome = finish(EnergyGate(GateOptions(storage=tmp_path / "runs", **{asked: target})), session_cases())
+    docs = outcome.documents
+    expected = {"markdown": lambda: markdown_report(docs, []), "html": lambda: html_report(docs, [], baselines=[]),
+                "json": lambda: json_report(docs, []), "step_summary": lambda: markdown_report(docs, []) + "\n"}[asked]()
+    assert numbered_ids_alike(target.read_text()) == numbered_ids_alike(expected)
+    wrote = [] if asked == "step_summary" else [f"gpuenergy: wrote {target}"]
+    assert outcome.lines == wrote and outcome.errors == []
+
+
 def test_a_session_is_saved_as_one_document_per_gpu_model_with_what_it_was_given(tmp_path):
     gate = EnergyGate(GateOptions(storage=tmp_path / "runs", save=True))
     cases = session_cases()
