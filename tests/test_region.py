@@ -133,10 +133,9 @@ def test_another_devices_list_is_never_reused():
     assert (first.asked, second.asked) == (1, 1)
 
 
-
 @pytest.mark.parametrize("work_s, tried_after_one", [
     (0.005, False), (0.05, False), (0.35, True),
-    pytest.param(0.0001, True, marks=pytest.mark.sim_gpus("K80"), id="sampled-power")   # 5 ms there,
+    pytest.param(0.0001, True, marks=pytest.mark.sim_gpus("K80"), id="sampled-power"),  # 5 ms on a K80
 ])
 def test_a_figure_is_not_worked_out_before_the_publications_it_needs_can_be_there(
         backend, monkeypatch, work_s, tried_after_one):
