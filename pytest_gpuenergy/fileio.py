@@ -220,8 +220,11 @@ def read_state_at(dir_fd: int, name: str, *, shown: Path) -> str:
     return b"".join(chunks).decode("utf-8")
 
 
-def write_state_json(dir_fd: int, name: str, data: Any, *, shown: Path, durable: bool = True) -> None:
-    """Replace a state file atomically in the folder ``dir_fd`` (a link or a non-file there is refused)."""
+def write_state_json(dir_fd: int, name: str, data: Any, *, shown: Path, durable: bool = True, compact: bool = False) -> None:
+    """Replace a state file atomically in the folder ``dir_fd`` (a link or a non-file there is refused).
+
+    ``compact``: one line, by the json module's C encoder (an indented document takes its Python
+    one, ten times slower): for a file rewritten every few milliseconds (a simulated GPU's state)."""
     try:
         found = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -229,7 +232,7 @@ def write_state_json(dir_fd: int, name: str, data: Any, *, shown: Path, durable:
     if found is not None and not stat.S_ISREG(found.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(found.st_mode) else _kind(found.st_mode)
         raise refuse(str(shown), f"is {kind}, not a regular file", folder=False)
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(data, indent=None if compact else 2, ensure_ascii=False) + "\n"
     write_at(dir_fd, name, text.encode("utf-8"), shown=shown, durable=durable, mode=0o644 & ~_umask())
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes
+from pytest_gpuenergy.plugin.options import SessionOptions
+from pytest_gpuenergy.plugin.session import EnergySession
 
 
 class Build:
@@ -51,6 +53,23 @@ def test_a_callback_waits_for_the_figure_and_gets_it_once():
     pending.try_resolve()
     pending.try_resolve()
     assert got == [build.result]
+
+
+def test_between_tests_the_first_figure_not_ready_ends_the_round_and_the_later_ones_keep_their_order():
+    """The session's pending figures ended in order: once one is not ready, the later ones are not asked
+    (a suite of 5 ms tests has dozens pending); waiting works every one of them out, in order."""
+    session = EnergySession(SessionOptions())
+    builds = [Build() for _ in range(4)]
+    for number, build in enumerate(builds):
+        session.record(f"test_{number}", PendingResult(build))
+    builds[0].ready = builds[2].ready = True
+    assert session.resolve(wait=False) == []
+    assert [len(b.asked) for b in builds] == [1, 1, 0, 0]       # the second not ready: the rest not asked
+    builds[1].ready = True
+    assert session.resolve(wait=False) == []
+    assert [len(b.asked) for b in builds] == [1, 2, 1, 1]       # the first kept, not asked again
+    assert session.resolve(wait=True) == [] and builds[3].asked == [False, True]
+    assert all(record.results[0].resolved for record in session.cases.values()) and len(session.cases) == 4
 
 
 def test_a_callback_on_a_figure_already_worked_out_is_called_at_once():

@@ -428,16 +428,23 @@ class EnergySession:
         """Work out the figures still pending: those whose publications have arrived (``wait=False``,
         at no cost: between tests), or all (waiting for the last ones: the end of a session, or of a
         test on a simulator's virtual clock, whose time starts over with the next test). Returns one
-        line per figure that could not be worked out (its case is dropped)."""
+        line per figure that could not be worked out (its case is dropped).
+
+        Without waiting, the first figure not ready ends the round: the pending regions ended in this
+        order, so the publications the later ones need are not there either. (A long region can need
+        one publication fewer than a short one before it, and then waits a period longer.) With tests
+        of a few ms and a counter published every 100 ms, dozens are pending at once, and asking
+        each of them at every test cost more than the figures themselves."""
         problems, still = [], []
-        for pending in self._pending:
+        for index, pending in enumerate(self._pending):
             try:
                 found = pending.resolve() if wait else pending.try_resolve()
             except GpuEnergyError as exc:
                 problems.append(str(exc))
                 continue
             if found is None:
-                still.append(pending)
+                still.extend(self._pending[index:])
+                break
         self._pending = still
         if problems:
             self._drop_failed()

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 # longer than a state file is cached (GpuStateFile.RECHECK_S), so no reader sees it earlier for
 # one tick than another.
 VISIBLE_AFTER_S = 0.1
-COMMITS_KEPT_S = 10.0
+# The commits a state file keeps, by age: a reading looks back at most a power window (1 s on
+# Ampere and later) before a publication at most a period old, plus VISIBLE_AFTER_S; the rest is
+# slack for a writer held up behind the GIL. Every hand-over rewrites them all (10 s of them cost a
+# short-test suite on the wall clock 9 ms a test), so they are not kept longer than a reading needs.
+COMMITS_KEPT_S = 2.5
 REGION_NOISE_SHARE = 0.25         # the noise per region, as a share of the noise per session
 
 

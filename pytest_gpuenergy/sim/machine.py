@@ -427,7 +427,10 @@ class SimulatedMachine:
                     device.reseed(test_id, slots[device.index])
 
     def exact_energy_mj(self, device: SimDevice, moment: float | None = None) -> float:
-        """The model's exact energy integral (not quantised, not delayed) at ``moment`` on its clock."""
+        """The model's exact energy integral (not quantised, not delayed) at ``moment`` on its clock.
+
+        On the wall clock, other processes' work on the GPU is exact for moments up to
+        ``device.COMMITS_KEPT_S - VISIBLE_AFTER_S`` (2.4 s) back; this process's own, for any."""
         with self.lock:
             state = device.advance()
             return device.energy_mj_at(self.clock.now() if moment is None else moment, state)
