@@ -242,6 +242,20 @@ def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_
     assert nvml.simExactEnergyMj(handle) - before_mj > 0.2 * (646 - 70) * 0.8 * 1000
 
 
+def test_the_state_file_keeps_the_commits_of_the_longest_reading_of_any_model():
+    """A reading looks back one power window before a publication up to one period old, and another
+    process's commit shows VISIBLE_AFTER_S after it: a commit dropped sooner would change what one
+    publication shows between two reads. (The state file is rewritten at every hand-over, so it keeps
+    no more than that, with slack.)"""
+    from pytest_gpuenergy.sim.device import COMMITS_KEPT_S, VISIBLE_AFTER_S
+    from pytest_gpuenergy.sim.models import GPU_MODELS
+
+    average_field_s = 1.0      # NVML_FI_DEV_POWER_AVERAGE's window, on every model
+    needed_s = max(max(spec.power_window_s, spec.power_usage_average_s, average_field_s)
+                   + max(spec.power_publish_s, spec.counter_period_s) for spec in GPU_MODELS.values()) + VISIBLE_AFTER_S
+    assert needed_s <= COMMITS_KEPT_S <= 3 * needed_s
+
+
 def test_energy_from_another_process_reaches_the_shared_counter(nvml):
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     nvml.simUseDevices([])          # this process does no work on the GPU
