@@ -12,8 +12,9 @@ import pytest
 from pytest_gpuenergy.errors import BudgetError, StorageError
 from pytest_gpuenergy.gate.budgets import budget_from_marker
 from pytest_gpuenergy.host.recorder import HostFigure
-from pytest_gpuenergy.meter.domains import merge_domains, parse_domains, per_domain
+from pytest_gpuenergy.meter.domains import merge_domains, per_domain
 from pytest_gpuenergy.meter.results import DomainEnergy, EnergyResult, GpuResult, Repetition
+from pytest_gpuenergy.plugin.options import parse_domains
 from pytest_gpuenergy.runs.records import RunDocument
 from pytest_gpuenergy.sim.powercap import HostModel
 

@@ -46,3 +46,31 @@ def test_the_command_loads_only_what_its_commands_need():
     import pytest_gpuenergy
     from pytest_gpuenergy.meter import EnergyMeter
     assert pytest_gpuenergy.EnergyMeter is EnergyMeter and set(pytest_gpuenergy.__all__) <= set(dir(pytest_gpuenergy))
+
+
+MODULES_AT_THE_END = """
+import json, sys
+
+def pytest_unconfigure(config):
+    with open("modules.json", "w") as out:
+        json.dump(sorted(m for m in sys.modules if m.startswith("pytest_gpuenergy")), out)
+"""
+
+
+def test_a_session_that_measures_nothing_loads_only_what_reads_its_options(pytester):
+    """Installing the plugin enables it in every pytest session of the environment: one that measures
+    nothing reads its options and looks for a journal a killed run left (``gpu.leftovers``), and loads
+    neither the journal, the GPUs' libraries, the simulator nor the meter (each of those some
+    milliseconds of every start: ``benchmarks/startup.py``). With a journal entry the session repairs the
+    GPU (``test_clocks``: a killed run's clock lock put back by the next plain session)."""
+    import json
+
+    pytester.makeconftest(MODULES_AT_THE_END)
+    pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
+    pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=1)
+    loaded = set(json.loads((pytester.path / "modules.json").read_text()))
+    assert {"pytest_gpuenergy.plugin.hooks", "pytest_gpuenergy.plugin.options", "pytest_gpuenergy.gpu.leftovers"} <= loaded
+    heavy = {"pytest_gpuenergy.gpu.journal", "pytest_gpuenergy.gpu.device", "pytest_gpuenergy.sim.state",
+             "pytest_gpuenergy.sim.models", "pytest_gpuenergy.sim.roofline", "pytest_gpuenergy.meter.results",
+             "pytest_gpuenergy.meter.domains", "pytest_gpuenergy.host.recorder", "pytest_gpuenergy.plugin.session"}
+    assert not loaded & heavy, sorted(loaded & heavy)

@@ -35,8 +35,9 @@ from pytest_gpuenergy.fileio import atomic_write_json, atomic_write_text, state_
 from pytest_gpuenergy.gpu.capping import POWER_LIMIT
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import JournalEntry
+from pytest_gpuenergy.gpu.leftovers import sim_state_dir
 from pytest_gpuenergy.gpu.locks import holding, lock_paths
-from pytest_gpuenergy.sim.state import default_state_dir, sim_uuid
+from pytest_gpuenergy.sim.state import sim_uuid
 
 NOBODY = 65534
 DEAD_PID = 2**31 - 2            # no process has it: the writer of a journal entry is gone
@@ -534,7 +535,7 @@ def test_root_keeps_its_gpus_state_in_var_lib_whatever_home_sudo_kept(monkeypatc
     monkeypatch.setenv("HOME", "/home/the-caller")        # sudo may keep the caller's HOME
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert user_state_dir() == Path("/var/lib/pytest-gpuenergy")
-    assert default_state_dir() == Path("/var/lib/pytest-gpuenergy/sim")
+    assert sim_state_dir() == Path("/var/lib/pytest-gpuenergy/sim")
 
 
 def test_a_user_without_root_keeps_state_in_the_home_folder(monkeypatch):

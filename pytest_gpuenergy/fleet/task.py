@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import user_state_dir
+from ..gpu.leftovers import SIM_STATE_ENV
 from ..runs.store import slug
-from ..sim.state import MODELS_ENV, STATE_ENV
+from ..sim.state import MODELS_ENV
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
 from .progress import PROGRESS_ENV, read_progress
 
@@ -62,7 +63,7 @@ def sim_state_for(spec: TaskSpec, env: Mapping[str, str] | None = None) -> Path:
     A stable folder (not a temporary one), like a real GPU's own state: a cap a killed session
     left is found and repaired by the next session of the same model on that node.
     """
-    configured = (os.environ if env is None else env).get(STATE_ENV)
+    configured = (os.environ if env is None else env).get(SIM_STATE_ENV)
     root = Path(configured).expanduser() if configured else user_state_dir() / "sim"
     return root / "fleet" / f"{slug(spec.model)}-x{spec.num_gpus}"
 
@@ -75,7 +76,7 @@ def task_env(spec: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"     # the driver reads pytest's progress from its output as it comes
     if spec.simulate:
         env[MODELS_ENV] = ",".join([sim_model_for(spec.model)] * spec.num_gpus)
-        env[STATE_ENV] = str(sim_state_for(spec, base))
+        env[SIM_STATE_ENV] = str(sim_state_for(spec, base))
         env["GPUENERGY_BACKEND"] = "sim"
         env.pop("CUDA_VISIBLE_DEVICES", None)   # Ray's fake GPU ids mean nothing to the simulator
     return env

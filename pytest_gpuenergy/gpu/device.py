@@ -492,11 +492,11 @@ def open_simulator(sim_state_dir: Path | None = None, sim_seed: int | None = Non
     through the simulated NVML, AMD models through the simulated ``amdsmi``, NVIDIA's first."""
     from ..errors import SimStateError
     from ..sim.nvml import SimulatedNvml
-    from ..sim.state import default_state_dir
+    from . import leftovers
     from .amd import simulated_amd_gpus
     from .nvidia import nvml_gpus
 
-    state_dir = sim_state_dir if sim_state_dir is not None else default_state_dir()
+    state_dir = sim_state_dir if sim_state_dir is not None else leftovers.sim_state_dir()
     try:
         sim = SimulatedNvml(state_dir=state_dir, seed=sim_seed)
         sim.nvmlInit()

@@ -45,6 +45,7 @@ from ..fileio import LockWaitTimeout, file_lock, read_state_at, state_dir, write
 from ..runs.validation import parse_json, shown
 from .device import Backend, Gpu
 from .knob import UNREADABLE, Knob
+from .leftovers import JOURNAL_FOLDERS
 from .locks import GpuLockBusy, holding, lock_paths
 from .processes import is_alive, process_start
 from .signals import RestoreAbandoned, gave_up, note_back, note_left, signals_held
@@ -58,8 +59,6 @@ FORMAT = "gpuenergy-journal"
 VENDORS = ("nvidia", "amd")
 _MAX_PID = 2**31 - 1
 PROBLEM_ACTIONS = ("failed", "gpu-missing", "owner-alive", "busy", "stopped")
-# Where each knob keeps its entries under ``journal/`` (earlier versions' places); another knob: its name.
-_FOLDERS = {"power-limit": "", "sm-clock": "clocks"}
 
 
 @dataclass(frozen=True)
@@ -347,7 +346,7 @@ def direct_fix(gpu: Gpu, driver_command: str) -> str:
 
 def journal_for(backend: Backend, knob: Knob[S], legacy: Legacy[S] | None = None) -> Journal[S]:
     """``knob``'s journal in ``backend``'s state folder."""
-    folder = backend.state_dir / "journal" / _FOLDERS.get(knob.name, knob.name)
+    folder = backend.state_dir / "journal" / JOURNAL_FOLDERS.get(knob.name, knob.name)
     return Journal(knob, folder, backend.lock_folder, legacy)
 
 
@@ -357,22 +356,3 @@ def journals_for(backend: Backend) -> list[Journal[Any]]:
     from .clocks import clock_journal_for
 
     return [power_journal_for(backend), clock_journal_for(backend)]
-
-
-def may_need_repair(backend_kind: str) -> bool:
-    """Whether a journal that ``backend_kind`` would open holds an entry: a run may have died with a
-    GPU changed. Only looks (no backend is opened, nothing is written), so a session that uses none of
-    the plugin can still repair a GPU the last run left capped, and pays one directory listing."""
-    from ..fileio import user_state_dir
-    from ..sim.state import default_state_dir
-
-    real = [user_state_dir()]
-    folders = {"nvml": real, "amdsmi": real, "sim": [default_state_dir()]}.get(backend_kind) or [*real, default_state_dir()]
-    for folder in folders:
-        for journal in (folder / "journal", *(folder / "journal" / sub for sub in _FOLDERS.values() if sub)):
-            try:
-                if any(journal.glob("GPU-*.json")):
-                    return True
-            except OSError:
-                continue      # an unreadable folder: the session that uses the GPUs will say so
-    return False

@@ -39,19 +39,6 @@ def _known(bound: float | None, estimate: float) -> float:
     return estimate if bound is None else bound
 
 
-def parse_domains(text: str | None) -> tuple[Domain, ...]:
-    """``--energy-domains=gpu,cpu,dram``: the domains to measure, in that order (None: the GPUs only).
-    The GPUs are always measured (``gpu`` must be named); ``node`` is their total, never asked for."""
-    if text is None:
-        return ("gpu",)
-    names = [item.strip().lower() for item in str(text).split(",") if item.strip()]
-    unknown = [name for name in names if name not in ("gpu", "cpu", "dram")]
-    if unknown or "gpu" not in names:
-        problem = f"unknown domain {unknown[0]!r}" if unknown else "gpu is always measured and must be named"
-        raise ValueError(f"--energy-domains={text}: {problem}; choose from gpu,cpu,dram (e.g. gpu,cpu,dram)")
-    return tuple(domain for domain in ("gpu", "cpu", "dram") if domain in names)
-
-
 def merge_domains(results: Sequence[EnergyResult]) -> dict[Domain, DomainEnergy]:
     """The per-domain figures of one case's results (``--energy-repeat``: several calls of the test),
     weighted by their repetitions as the merged GPU figures are; empty if any result has none."""

@@ -114,7 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if asked:
         state.start(usage_errors=True)
     elif not state.worker:
-        from ..gpu.journal import may_need_repair
+        from ..gpu.leftovers import may_need_repair
 
         if may_need_repair(options.backend):      # a run died with a GPU changed: put it back now
             state.start(usage_errors=False)

@@ -12,10 +12,10 @@ import pytest
 
 from ..gpu.placement import check_wanted
 from ..runs.validation import bounded_number, shown
-from ..sim.roofline import GPU_WORK_FIELDS, GpuWork
 
 if TYPE_CHECKING:
     from ..gate.budgets import Budget
+    from ..sim.roofline import GpuWork
 
 MAX_REPEAT = 10_000            # as --energy-repeat
 MAX_MIN_TIME_S = 3600.0        # as --energy-min-time
@@ -77,6 +77,8 @@ def energy_settings(item: pytest.Item) -> dict:
 
 def _declared_work(work: Any) -> GpuWork:
     """``energy(work={"flops_tf32": 2e12, "bytes": 5e10, "kernels": 900})``: one call's GPU work."""
+    from ..sim.roofline import GPU_WORK_FIELDS, GpuWork  # (the simulator's model: a test that declares work only)
+
     if isinstance(work, GpuWork):
         return work
     if not isinstance(work, dict):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,10 +22,11 @@ from ..gate.settings import DEFAULT_CONFIDENCE, GateOptions, check_confidence, p
 from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..gpu.specs import BACKEND_CHOICES, CapSpec, ClockSpec, default_backend, parse_caps, parse_clocks
 from ..meter.defaults import DEFAULT_MIN_TIME_S
-from ..meter.domains import parse_domains
-from ..meter.results import Domain
 from ..runs import DEFAULT_STORAGE, LATEST
 from .markers import MAX_MIN_TIME_S, MAX_REPEAT
+
+if TYPE_CHECKING:
+    from ..meter.results import Domain
 
 DEST_PREFIX = "gpuenergy_"
 
@@ -211,6 +212,19 @@ def _domains_setting(config: pytest.Config) -> tuple[Domain, ...]:
         return parse_domains(setting(config, "energy_domains"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def parse_domains(text: str | None) -> tuple[Domain, ...]:
+    """``--energy-domains=gpu,cpu,dram``: the domains to measure, in that order (None: the GPUs only).
+    The GPUs are always measured (``gpu`` must be named); ``node`` is their total, never asked for."""
+    if text is None:
+        return ("gpu",)
+    names = [item.strip().lower() for item in str(text).split(",") if item.strip()]
+    unknown = [name for name in names if name not in ("gpu", "cpu", "dram")]
+    if unknown or "gpu" not in names:
+        problem = f"unknown domain {unknown[0]!r}" if unknown else "gpu is always measured and must be named"
+        raise ValueError(f"--energy-domains={text}: {problem}; choose from gpu,cpu,dram (e.g. gpu,cpu,dram)")
+    return tuple(domain for domain in ("gpu", "cpu", "dram") if domain in names)
 
 
 def _path_setting(config: pytest.Config, name: str) -> Path | None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SimStateError
+from ..gpu.leftovers import sim_state_dir
 from . import work as work_registry
 from .clock import CLOCK_ENV, VirtualClock, WallClock, clock_from_env
 from .device import SimDevice
@@ -48,7 +49,7 @@ from .dvfs import DEFAULT_COMPUTE_BOUND, WorkloadProfile
 from .faults import FaultPlan, parse_faults
 from .roofline import GpuWork
 from .seed import session_seed
-from .state import default_state_dir, load_machine
+from .state import load_machine
 
 FAULTS_ENV = "GPUENERGY_SIM_FAULTS"
 NOISE_ENV = "GPUENERGY_SIM_NOISE"
@@ -107,7 +108,7 @@ class SimulatedMachine:
         clock: str | None = None,
         cpu_clock: Callable[[], float] | None = None,
     ) -> None:
-        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.state_dir = Path(state_dir) if state_dir is not None else sim_state_dir()
         self._requested_models = tuple(models) if models is not None else None
         self._faults_text = faults if faults is not None else os.environ.get(FAULTS_ENV, "")
         self.noise_cv = noise_cv if noise_cv is not None else env_float(NOISE_ENV, DEFAULT_NOISE, low=0.0, high=0.5)

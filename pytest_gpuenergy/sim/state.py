@@ -30,19 +30,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import SimStateError
-from ..fileio import STATE_FOLDER_MODE, file_lock, open_state_file, read_state_at, user_state_dir, write_state_json
+from ..fileio import STATE_FOLDER_MODE, file_lock, open_state_file, read_state_at, write_state_json
 from ..fileio import state_dir as checked_folder
 from ..trusted_path import HeldFolder, state_owners
 from .models import DEFAULT_SIM_MODELS, GPU_MODELS, GpuSpec, parse_model_list
 
-STATE_ENV = "GPUENERGY_SIM_STATE"
 MODELS_ENV = "GPUENERGY_SIM_GPUS"
 _UUID_NAMESPACE = uuid_module.UUID("6c0e5a52-8a43-4b8e-9d0b-3f3f1b7c2e11")
-
-
-def default_state_dir() -> Path:
-    configured = os.environ.get(STATE_ENV)
-    return Path(configured).expanduser() if configured else user_state_dir() / "sim"
 
 
 def sim_uuid(model_key: str, index: int) -> str:
