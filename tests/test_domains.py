@@ -45,7 +45,7 @@ def saved_cases(pytester: pytest.Pytester) -> list[dict]:
 def test_gpu_cpu_and_dram_give_per_domain_figures_and_the_nodes_total_in_the_run_document(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
     result.assert_outcomes(passed=1)
     [case] = saved_cases(pytester)
     domains = case["per_domain"]
@@ -68,7 +68,7 @@ def test_a_case_on_two_gpus_prints_its_domain_line_once(pytester: pytest.Pyteste
     """Each GPU of a case has a row of its own; the case's domains (the GPUs' total and the host's) are
     one line: the terminal once gave every GPU slot 0 and printed the line once per GPU."""
     pytester.makepyfile(test_work=suite().replace("@pytest.mark.energy(", "@pytest.mark.energy(gpus=2, "))
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram")
     result.assert_outcomes(passed=1)
     rows = [line for line in result.outlines if line.startswith("test_train ")]
     assert len(rows) == 2, result.outlines       # a row per GPU
@@ -88,12 +88,12 @@ def test_pytest_xdist_workers_hand_per_domain_to_the_controller(pytester: pytest
 
 def test_the_figures_repeat_and_only_the_domains_asked_for_are_measured(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=suite())
-    first = pytester.runpytest_subprocess("--energy-domains=gpu,cpu", "-s")
-    second = pytester.runpytest_subprocess("--energy-domains=cpu,gpu", "-s")
+    first = pytester.runpytest("--energy-domains=gpu,cpu", "-s")
+    second = pytester.runpytest("--energy-domains=cpu,gpu", "-s")
     lines = [[line for line in run.outlines if "PER_DOMAIN" in line] for run in (first, second)]
     assert lines[0] == lines[1] and len(lines[0]) == 1
     assert "'cpu'" in lines[0][0] and "'dram'" not in lines[0][0]
-    plain = pytester.runpytest_subprocess("-s")
+    plain = pytester.runpytest("-s")
     assert any("PER_DOMAIN {}" in line for line in plain.outlines)      # the GPUs alone: no per_domain
 
 
@@ -101,7 +101,7 @@ def test_the_figures_repeat_and_only_the_domains_asked_for_are_measured(pytester
 def test_a_node_budget_fails_the_test_when_the_nodes_total_exceeds_it(
         pytester: pytest.Pytester, budget_j: float, fails: bool) -> None:
     pytester.makepyfile(test_work=suite(f'@pytest.mark.energy_budget(ets={budget_j}, domain="node")'))
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram")
     if fails:
         result.assert_outcomes(failed=1)
         result.stdout.fnmatch_lines(["*energy budget exceeded at cap current: node ETS * J > budget 1 J (+*%) "
@@ -113,7 +113,7 @@ def test_a_node_budget_fails_the_test_when_the_nodes_total_exceeds_it(
 
 def test_a_cpu_budget_without_the_host_measured_says_how_to_measure_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=suite('@pytest.mark.energy_budget(ets=5.0, domain="cpu")'))
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*energy_budget(ets=5, domain='cpu'): the cpu energy was not measured; "
                                  "run with --energy-domains=gpu,cpu,dram*"])
@@ -123,7 +123,7 @@ def test_an_unreadable_counter_is_one_line_before_any_test(pytester: pytest.Pyte
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUENERGY_SIM_POWERCAP_FAULT", "unreadable")
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram")
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     [line] = [line for line in result.errlines if "energy_uj" in line]
     assert "permission denied: since Linux 5.10" in line and "sudo chmod a+r" in line
@@ -133,7 +133,7 @@ def test_an_unreadable_counter_is_one_line_before_any_test(pytester: pytest.Pyte
 def test_no_powercap_tree_is_one_line_before_any_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(pytester.path / "no-such-tree"))
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,dram")
+    result = pytester.runpytest("--energy-domains=gpu,dram")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: no Linux powercap tree at */no-such-tree *drop cpu,dram from --energy-domains*"])
     assert "Traceback" not in result.stderr.str()
@@ -150,7 +150,7 @@ def test_a_real_tree_beside_the_simulated_gpus_is_read_on_the_hosts_clock(pytest
         (root / folder / "max_energy_range_uj").write_text("262143328850")
     monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(root))
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save")
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-save")
     result.assert_outcomes(passed=1)
     [case] = saved_cases(pytester)
     assert case["per_domain"]["cpu"]["ets_j"] == 0 and case["per_domain"]["cpu"]["simulated"] is False
@@ -160,7 +160,7 @@ def test_a_real_tree_beside_the_simulated_gpus_is_read_on_the_hosts_clock(pytest
 @pytest.mark.parametrize(("text", "problem"), [("cpu,dram", "gpu is always measured and must be named"), ("gpu,disk", "unknown domain 'disk'")])
 def test_domains_the_plugin_cannot_measure_are_a_usage_error(pytester: pytest.Pytester, text: str, problem: str) -> None:
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess(f"--energy-domains={text}")
+    result = pytester.runpytest(f"--energy-domains={text}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --energy-domains={text}: {problem}; choose from gpu,cpu,dram*"])
 
@@ -168,7 +168,7 @@ def test_domains_the_plugin_cannot_measure_are_a_usage_error(pytester: pytest.Py
 def test_the_ini_form_takes_a_list(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nenergy_domains = gpu dram\n")
     pytester.makepyfile(test_work=suite())
-    result = pytester.runpytest_subprocess("-s")
+    result = pytester.runpytest("-s")
     assert any("PER_DOMAIN" in line and "'dram'" in line and "'cpu'" not in line for line in result.outlines)
 
 
@@ -238,9 +238,9 @@ def heavier_suite(scale: float) -> str:
 
 def test_the_gate_fails_a_node_regression_and_names_the_domain(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=heavier_suite(1.0))
-    pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
+    pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
     pytester.makepyfile(test_work=heavier_suite(1.6))
-    result = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-compare",
+    result = pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-compare",
                                            "--energy-fail=node.ets:5%", "--energy-json=cmp.json")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*ENERGY REGRESSION*test_train*node ETS +*"])
@@ -253,14 +253,14 @@ def test_the_gate_fails_a_node_regression_and_names_the_domain(pytester: pytest.
 
 def test_an_unchanged_node_passes_and_a_baseline_without_domains_is_said(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_work=heavier_suite(1.0))
-    pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
-    same = pytester.runpytest_subprocess("--energy-domains=gpu,cpu,dram", "--energy-compare",
+    pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-save").assert_outcomes(passed=1)
+    same = pytester.runpytest("--energy-domains=gpu,cpu,dram", "--energy-compare",
                                          "--energy-fail=node.ets:5%,dram.ets:5%", "--energy-json=same.json")
     assert same.ret == 0
     [case] = json.loads((pytester.path / "same.json").read_text())["comparisons"][0]["cases"]
     assert case["metrics"]["node.ets"]["verdict"] in ("unchanged", "inconclusive")
     assert case["metrics"]["dram.ets"]["verdict"] in ("unchanged", "inconclusive")
-    blind = pytester.runpytest_subprocess("--energy-compare", "--energy-fail=node.ets:5%", "--energy-json=blind.json")
+    blind = pytester.runpytest("--energy-compare", "--energy-fail=node.ets:5%", "--energy-json=blind.json")
     assert blind.ret == 0
     [case] = json.loads((pytester.path / "blind.json").read_text())["comparisons"][0]["cases"]
     assert "node.ets" not in case["metrics"]
@@ -372,7 +372,7 @@ def test_tests_shorter_than_the_hosts_counter_updates_read_no_0_j_and_say_why(py
             print("HOST", {d: (f.ets_low_j, f.ets_j, f.ets_high_j) for d, f in result.per_domain.items()})
             print("NOTES", [n for n in result.notes if "updates of the host's" in n])
         """))
-    result = pytester.runpytest_subprocess("--energy-all", "--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
+    result = pytester.runpytest("--energy-all", "--energy-domains=gpu,cpu,dram", "--energy-save", "-s")
     result.assert_outcomes(passed=4)
     cases = saved_cases(pytester)
     assert len(cases) == 4

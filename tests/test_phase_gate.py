@@ -63,10 +63,10 @@ def test_a_heavier_update_phase_is_named_by_compare_and_the_gate_and_no_other_ph
     phase.ets gated) and ``gpuenergy compare`` in each report name update and no other phase."""
     monkeypatch.setenv("COLUMNS", "100")
     pytester.makepyfile(test_step=STEP)
-    pytester.runpytest_subprocess(REPEAT, "--energy-save").assert_outcomes(passed=1)
+    pytester.runpytest(REPEAT, "--energy-save").assert_outcomes(passed=1)
 
     monkeypatch.setenv("UPDATE_SCALE", "1.3")
-    gate = pytester.runpytest_subprocess(REPEAT, "--energy-compare", "--energy-fail=ets:10%", "--energy-save",
+    gate = pytester.runpytest(REPEAT, "--energy-compare", "--energy-fail=ets:10%", "--energy-save",
                                          "--energy-json=gate.json")
     gate.assert_outcomes(passed=1)
     assert gate.ret == pytest.ExitCode.OK           # the step's ETS moved about 7 %: within 10 %
@@ -81,7 +81,7 @@ def test_a_heavier_update_phase_is_named_by_compare_and_the_gate_and_no_other_ph
     assert 25.0 < case["phases"]["update"]["change_pct"] < 45.0      # 30 % more work at a higher power
     assert case["phases"]["update"]["old_n"] == case["phases"]["update"]["new_n"] == 3
 
-    gated = pytester.runpytest_subprocess(REPEAT, "--energy-compare=" + _run_ids(pytester)[0],
+    gated = pytester.runpytest(REPEAT, "--energy-compare=" + _run_ids(pytester)[0],
                                           "--energy-fail=ets:10%,phase.ets:10%")
     assert gated.ret == pytest.ExitCode.TESTS_FAILED
     regressions = [line for line in gated.stdout.lines if line.startswith("ENERGY REGRESSION")]

@@ -78,7 +78,7 @@ def test_each_phase_is_within_10_percent_of_the_truth_inside_its_bound_and_they_
     the others'. The run document keeps the phases and reads them back; the table fits 80 columns."""
     monkeypatch.setenv("COLUMNS", "80")
     pytester.makepyfile(test_train=TRAINING_STEP)
-    result = pytester.runpytest_subprocess("-s", "--energy-phases", "--energy-save")
+    result = pytester.runpytest("-s", "--energy-phases", "--energy-save")
     result.assert_outcomes(passed=2)
     cases = measured(result)
     assert set(cases) == {1.0, 1.3}
@@ -165,7 +165,7 @@ MISUSE = textwrap.dedent("""
 
 def test_marks_outside_a_region_or_inside_another_phase_are_one_line_errors(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_misuse=MISUSE)
-    result = pytester.runpytest_subprocess("-s", "--energy-save", "-p", "no:randomly")
+    result = pytester.runpytest("-s", "--energy-save", "-p", "no:randomly")
     result.assert_outcomes(passed=1, failed=3)
     result.stdout.fnmatch_lines([
         "E *pytest_gpuenergy.errors.MeasurementError: energy_meter.phase('forward') outside a measured region: "
