@@ -256,6 +256,14 @@ class SimDevice:
         self.carried_mj = self.carried_s = 0.0
         return state
 
+    def others_settled_at(self) -> float:
+        """When the energy other processes committed last (wall clock) is on the counter and published,
+        with one publication more for a reading that looks back a period."""
+        me = os.getpid()
+        last = max((when for when, pid, mj in self.state_file.read().recent_commits if pid != me and mj > 0),
+                   default=-math.inf)
+        return last + VISIBLE_AFTER_S + 2 * self.spec.counter_period_s
+
     # -- what the libraries show ---------------------------------------------------------------------
     def board_energy_mj_at(self, moment: float, state: GpuState) -> float:
         """What this device's energy counter and power readings cover: itself, except on a board of two
