@@ -26,7 +26,7 @@ from pytest_gpuenergy.fileio import atomic_write_json, state_folder
 from pytest_gpuenergy.gpu.capping import POWER_LIMIT, power_journal_for
 from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
-from pytest_gpuenergy.gpu.leftovers import may_need_repair
+from pytest_gpuenergy.gpu.leftovers import may_need_repair, sim_state_dir
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.processes import process_start
 from pytest_gpuenergy.trusted_path import UntrustedPath
@@ -478,6 +478,15 @@ def test_an_entry_in_either_journal_means_a_repair_may_be_needed(sim_state, tmp_
     (sim_state / sub / "GPU-abc.json").write_text("{}")
     assert may_need_repair(kind)
     assert not may_need_repair("nvml") and not may_need_repair("amdsmi")   # the simulator's journal is not the real GPUs'
+
+
+def test_the_simulators_state_lives_under_the_users_state_unless_gpuenergy_sim_state_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("GPUENERGY_SIM_STATE", raising=False)
+    assert sim_state_dir() == tmp_path / "xdg" / "pytest-gpuenergy" / "sim"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUENERGY_SIM_STATE", "~/sims")
+    assert sim_state_dir() == tmp_path / "home" / "sims"
 
 
 @pytest.mark.parametrize("kind", ["nvml", "amdsmi", "auto"])
