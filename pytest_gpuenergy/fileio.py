@@ -335,6 +335,15 @@ def file_lock(folder: Path, name: str, *, timeout_s: float | None = None) -> Ite
 
 # -- where state lives -------------------------------------------------------------------------------
 
+SIM_STATE_ENV = "GPUENERGY_SIM_STATE"
+
+
+def sim_state_dir() -> Path:
+    """The simulated GPUs' state folder: ``GPUENERGY_SIM_STATE``, else ``sim/`` of the user's state."""
+    configured = os.environ.get(SIM_STATE_ENV)
+    return Path(configured).expanduser() if configured else user_state_dir() / "sim"
+
+
 def user_state_dir() -> Path:
     """Where the state of this machine's GPUs lives (the journal, the locks; the simulator's GPUs below).
 

@@ -22,11 +22,11 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpuenergy.errors import JournalCorrupt
-from pytest_gpuenergy.fileio import atomic_write_json, state_folder
+from pytest_gpuenergy.fileio import atomic_write_json, sim_state_dir, state_folder
 from pytest_gpuenergy.gpu.capping import POWER_LIMIT, power_journal_for
 from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
 from pytest_gpuenergy.gpu.journal import Journal, JournalEntry
-from pytest_gpuenergy.gpu.leftovers import may_need_repair, sim_state_dir
+from pytest_gpuenergy.gpu.leftovers import may_need_repair
 from pytest_gpuenergy.gpu.locks import lock_paths
 from pytest_gpuenergy.gpu.processes import process_start
 from pytest_gpuenergy.trusted_path import UntrustedPath

@@ -31,11 +31,10 @@ import pytest
 
 from pytest_gpuenergy.cli.main import main as gpuenergy_main
 from pytest_gpuenergy.errors import GpuBusyError, UnsafeStateFile
-from pytest_gpuenergy.fileio import atomic_write_json, atomic_write_text, state_folder, user_state_dir
+from pytest_gpuenergy.fileio import atomic_write_json, atomic_write_text, sim_state_dir, state_folder, user_state_dir
 from pytest_gpuenergy.gpu.capping import POWER_LIMIT
 from pytest_gpuenergy.gpu.device import open_backend
 from pytest_gpuenergy.gpu.journal import JournalEntry
-from pytest_gpuenergy.gpu.leftovers import sim_state_dir
 from pytest_gpuenergy.gpu.locks import holding, lock_paths
 from pytest_gpuenergy.sim.state import sim_uuid
 

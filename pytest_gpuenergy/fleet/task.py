@@ -28,8 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..fileio import user_state_dir
-from ..gpu.leftovers import SIM_STATE_ENV
+from ..fileio import SIM_STATE_ENV, user_state_dir
 from ..runs.store import slug
 from ..sim.state import MODELS_ENV
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for

@@ -490,13 +490,13 @@ def open_backend(kind: str = "auto", *, sim_state_dir: Path | None = None, sim_s
 def open_simulator(sim_state_dir: Path | None = None, sim_seed: int | None = None) -> SimulatedBackend:
     """The simulated machine of ``GPUENERGY_SIM_GPUS`` (in ``GPUENERGY_SIM_STATE``): NVIDIA models
     through the simulated NVML, AMD models through the simulated ``amdsmi``, NVIDIA's first."""
+    from .. import fileio
     from ..errors import SimStateError
     from ..sim.nvml import SimulatedNvml
-    from . import leftovers
     from .amd import simulated_amd_gpus
     from .nvidia import nvml_gpus
 
-    state_dir = sim_state_dir if sim_state_dir is not None else leftovers.sim_state_dir()
+    state_dir = sim_state_dir if sim_state_dir is not None else fileio.sim_state_dir()
     try:
         sim = SimulatedNvml(state_dir=state_dir, seed=sim_seed)
         sim.nvmlInit()

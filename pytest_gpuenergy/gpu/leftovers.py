@@ -8,21 +8,11 @@ and the simulator's state) costs a start about 20 ms to import, so the look live
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from ..fileio import user_state_dir
+from ..fileio import sim_state_dir, user_state_dir
 
 # Where each knob keeps its journal's entries under ``<state>/journal/`` (earlier versions' places);
 # another knob: its name.
 JOURNAL_FOLDERS = {"power-limit": "", "sm-clock": "clocks"}
-SIM_STATE_ENV = "GPUENERGY_SIM_STATE"
-
-
-def sim_state_dir() -> Path:
-    """The simulated GPUs' state folder: ``GPUENERGY_SIM_STATE``, else ``sim/`` of the user's state."""
-    configured = os.environ.get(SIM_STATE_ENV)
-    return Path(configured).expanduser() if configured else user_state_dir() / "sim"
 
 
 def may_need_repair(backend_kind: str) -> bool:

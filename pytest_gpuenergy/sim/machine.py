@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SimStateError
-from ..gpu.leftovers import sim_state_dir
+from ..fileio import sim_state_dir
 from . import work as work_registry
 from .clock import CLOCK_ENV, VirtualClock, WallClock, clock_from_env
 from .device import SimDevice
