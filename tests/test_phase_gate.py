@@ -111,7 +111,10 @@ def test_a_heavier_update_phase_is_named_by_compare_and_the_gate_and_no_other_ph
 
 
 def _run_paths(pytester: pytest.Pytester) -> list:
-    return [doc_path for doc_path in sorted((pytester.path / ".energy").rglob("*.json"))]
+    """The saved runs' files, oldest first (as the store orders them: two runs saved in the same second
+    have ids that sort by their random part)."""
+    files = {path.stem: path for path in (pytester.path / ".energy").rglob("*.json")}
+    return [files[run_id] for run_id in _run_ids(pytester)]
 
 
 def _run_ids(pytester: pytest.Pytester) -> list[str]:
