@@ -33,13 +33,16 @@ def test_the_wheel_ships_the_reference_workloads_with_their_data(tmp_path):
 
 def test_the_command_loads_only_what_its_commands_need():
     """``gpuenergy`` starts in every shell that types it: the package exports its names lazily
-    (``lazy.py``), so the command's start leaves out the meter, the comparison, the report writers,
-    the fleet's driver, pytest, matplotlib and Ray (the time it takes: ``benchmarks/startup.py``)."""
+    (``lazy.py``), and each command imports what it runs, so the parser (every ``gpuenergy --help``)
+    leaves out the GPUs' libraries, the journal, the run store, the tuner, the meter, the comparison,
+    the report writers, the fleet's driver, pytest, matplotlib and Ray (``benchmarks/startup.py``)."""
     code = "import sys, pytest_gpuenergy.cli.main; print('\\n'.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                                 timeout=60).stdout.split())
-    assert "pytest_gpuenergy.gpu.device" in loaded and "pytest_gpuenergy.cli.compare" in loaded
-    left_out = ("pytest_gpuenergy.meter.energy_meter", "pytest_gpuenergy.gate.compare", "pytest_gpuenergy.reports.html",
+    assert {"pytest_gpuenergy.cli.compare", "pytest_gpuenergy.cli.tune", "pytest_gpuenergy.fleet.cli"} <= loaded
+    left_out = ("pytest_gpuenergy.gpu.device", "pytest_gpuenergy.gpu.journal", "pytest_gpuenergy.runs.store",
+                "pytest_gpuenergy.tune.runner", "pytest_gpuenergy.reports.terminal",
+                "pytest_gpuenergy.meter.energy_meter", "pytest_gpuenergy.gate.compare", "pytest_gpuenergy.reports.html",
                 "pytest_gpuenergy.fleet.driver", "pytest", "matplotlib", "ray")
     assert not loaded.intersection(left_out), sorted(loaded.intersection(left_out))
     # The names the package exports still resolve, each from its own module.

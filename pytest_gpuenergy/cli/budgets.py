@@ -15,8 +15,6 @@ from typing import Any
 
 from ..errors import BudgetError, GpuEnergyError
 from ..fileio import atomic_write_text
-from ..runs.records import commit_text
-from ..runs.store import RunStore, project_storage
 
 DEFAULT_OUTPUT = "energy-budgets.toml"
 # Tests this short vary from run to run by up to 10 % on a quiet machine and 30 % on a loaded one
@@ -57,6 +55,8 @@ def _margin(text: str) -> float:
 
 def cmd_budgets(args: argparse.Namespace) -> int:
     from ..gate.budget_file import budget_file_text, budgets_from_run
+    from ..runs.records import commit_text
+    from ..runs.store import RunStore, project_storage
 
     store = RunStore(args.storage or project_storage())
     try:

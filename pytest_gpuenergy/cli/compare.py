@@ -13,17 +13,20 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import SettingError, StorageError
 from ..fileio import atomic_write_text
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
-from ..reports.digest import skipped_caps
-from ..reports.terminal import Column, comparison_lines, fit_table, terminal_width
 from ..runs import DEFAULT_STORAGE, LATEST
-from ..runs.records import RunDocument, commit_text, model_text
-from ..runs.shards import COMMIT_PREFIX, by_commit, case_baseline, resolve_commit
-from ..runs.store import RunStore, project_storage
+
+if TYPE_CHECKING:
+    from ..reports.terminal import Column
+    from ..runs.records import RunDocument
+    from ..runs.store import RunStore
+
+# The run store, the comparison and the terminal's tables are imported by the commands that use
+# them, not by the parser, which every ``gpuenergy --help`` builds.
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -83,9 +86,12 @@ def _confidence(text: str) -> float:
 def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     # The comparison and the report writers: only for this command, not every `gpuenergy` start.
     from ..gate.compare import compare_documents
+    from ..reports.digest import skipped_caps
     from ..reports.html import html_report
     from ..reports.json_report import json_report
     from ..reports.markdown import markdown_report
+    from ..reports.terminal import comparison_lines, terminal_width
+    from ..runs.store import RunStore, project_storage
 
     out = out or sys.stdout
     try:
@@ -116,6 +122,8 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _baseline(store: RunStore, ref: str, new: RunDocument, saved: list[RunDocument]) -> RunDocument:
     """OLD as named; ``latest`` is, per case, the newest of ``saved`` (NEW's GPU model and backend)
     before NEW that has the case: the gate's rule (``shards.case_baseline``)."""
+    from ..runs.shards import case_baseline
+
     if ref != LATEST:
         return _resolve(store, ref, new.backend, new.gpu_model)
     found = case_baseline(saved, new)
@@ -129,6 +137,8 @@ def _baseline(store: RunStore, ref: str, new: RunDocument, saved: list[RunDocume
 
 def _resolve(store: RunStore, ref: str, backend: str | None = None, gpu_model: str | None = None) -> RunDocument:
     """A path, a run id, or ``commit:ID`` (that commit's runs of one GPU model, merged)."""
+    from ..runs.shards import COMMIT_PREFIX, resolve_commit
+
     if str(ref).startswith(COMMIT_PREFIX):
         return resolve_commit(store, ref, backend, gpu_model)
     return store.resolve(ref)
@@ -151,6 +161,10 @@ def write_output(command: str, target: str, text: str, out: TextIO, told: TextIO
 # -- runs ------------------------------------------------------------------------------------------
 
 def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from ..reports.terminal import Column, fit_table, terminal_width
+    from ..runs.records import commit_text, model_text
+    from ..runs.store import RunStore, project_storage
+
     out = out or sys.stdout
     store = RunStore(args.storage or project_storage())
     docs, problems = store.scan(args.backend, args.gpu)
@@ -177,6 +191,10 @@ def cmd_runs(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _commit_rows(docs: list[RunDocument]) -> tuple[tuple[Column, ...], list[list[str]]]:
     """``gpuenergy runs --by-commit``: per commit and GPU model, its runs merged (each case once)."""
+    from ..reports.terminal import Column
+    from ..runs.records import commit_text, model_text
+    from ..runs.shards import by_commit
+
     rows = []
     for group in by_commit(docs):
         merged = group.merged

@@ -23,7 +23,6 @@ from ..errors import SettingError, StorageError
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence
 from ..metrics import METRICS
 from ..runs import DEFAULT_STORAGE
-from ..runs.store import project_storage
 from .compare import write_output
 
 if sys.version_info >= (3, 11):
@@ -141,6 +140,7 @@ def cmd_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from ..history.cost import Tariff, tariff_value
     from ..history.report import analyse, json_report, markdown_report, terminal_lines
     from ..history.series import Selection, read_history
+    from ..runs.store import project_storage
 
     out = out or sys.stdout
     caps = tuple(c.strip() for item in args.cap for c in item.split(",") if c.strip())

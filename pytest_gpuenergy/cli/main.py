@@ -6,20 +6,23 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuEnergyError
 from ..fleet.cli import add_fleet_command
-from ..gpu.clocks_info import clock_fields, clock_line
-from ..gpu.device import Backend, open_backend
-from ..gpu.journal import PROBLEM_ACTIONS, JournalEntry, journals_for
-from ..gpu.signals import RestoreAbandoned
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from .budgets import add_budgets_command
 from .compare import add_compare_commands
 from .history import add_history_command
 from .table import add_table_command
 from .tune import add_tune_command, split_pytest_args
+
+if TYPE_CHECKING:
+    from ..gpu.device import Backend
+    from ..gpu.journal import JournalEntry
+
+# Each command imports what it runs (the GPUs' libraries, the journal, the comparison, the search):
+# the parser, which every ``gpuenergy --help`` builds, imports none of it.
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def gpu_rows(backend: Backend) -> list[dict]:
     """The rows of ``gpuenergy info --json`` (the keys scripts rely on first, as the README documents them; extras after them)."""
+    from ..gpu.clocks_info import clock_fields
+
     rows = []
     for gpu in backend.visible_gpus:
         limits = gpu.limits()
@@ -80,6 +85,9 @@ def gpu_rows(backend: Backend) -> list[dict]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ..gpu.clocks_info import clock_line
+    from ..gpu.device import open_backend
+
     backend = open_backend(args.gpu_backend or default_backend())
     try:
         rows = gpu_rows(backend)
@@ -105,6 +113,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _pending_entries(backend: Backend) -> list[JournalEntry[Any]]:
     """The journals' entries; a damaged journal is a warning here: the GPUs' limits are what to look at then."""
+    from ..gpu.journal import journals_for
+
     found = []
     for journal in journals_for(backend):
         try:
@@ -115,6 +125,10 @@ def _pending_entries(backend: Backend) -> list[JournalEntry[Any]]:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from ..gpu.device import open_backend
+    from ..gpu.journal import PROBLEM_ACTIONS, journals_for
+    from ..gpu.signals import RestoreAbandoned
+
     backend = open_backend(args.gpu_backend or default_backend())
     try:
         outcomes = [outcome for journal in journals_for(backend)

@@ -17,23 +17,18 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..fileio import atomic_write_text
-from ..gpu.device import open_backend
 from ..gpu.specs import BACKEND_CHOICES, default_backend
-from ..tune.runner import (
-    DEFAULT_MAX_SETTINGS,
-    DEFAULT_STEP_W,
-    DEFAULT_TUNE_STORAGE,
-    KNOBS,
-    OBJECTIVES,
-    ModelTuning,
-    TuneOptions,
-    models_to_tune,
-    tune_model,
-)
-from ..tune.search import Found
+from ..tune.defaults import DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE, KNOBS, OBJECTIVES
+
+if TYPE_CHECKING:
+    from ..tune.runner import ModelTuning
+    from ..tune.search import Found
+
+# The search, its pytest sessions and the GPUs' libraries are imported by the command, not by its
+# parser: every ``gpuenergy --help`` builds the parser.
 
 
 def add_tune_command(commands: Any) -> None:
@@ -124,6 +119,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpuenergy tune: error: {exc}", file=sys.stderr)
         return 2
+    from ..gpu.device import open_backend
+    from ..tune.runner import TuneOptions, models_to_tune, tune_model
+
     objectives = OBJECTIVES if args.objective == "both" else (args.objective,)
     kind = args.gpu_backend or default_backend()
     backend = open_backend(kind)

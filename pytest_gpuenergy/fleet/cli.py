@@ -18,8 +18,7 @@ from typing import Any, TextIO
 
 from ..errors import GpuEnergyError
 from ..runs import LATEST
-from ..runs.store import RunStore
-from ..sim.state import MODELS_ENV
+from ..sim.models import MODELS_ENV
 from .plan import (
     EXIT_BAD_INPUT,
     EXIT_INCOMPLETE,
@@ -149,6 +148,8 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO | None = None,
 
 def _check_baselines(storage: Path, compare: str | None) -> None:
     """A corrupt baseline is an error now, before a cluster is started for nothing."""
+    from ..runs.store import RunStore  # (the command's, not its parser's)
+
     if compare == LATEST:
         RunStore(storage).runs()
     elif compare:

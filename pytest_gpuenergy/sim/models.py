@@ -63,6 +63,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+MODELS_ENV = "GPUENERGY_SIM_GPUS"      # the simulated machine's GPU models, e.g. H100,MI300X
+
 
 @dataclass(frozen=True)
 class GpuSpec:

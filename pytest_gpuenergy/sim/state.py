@@ -33,9 +33,8 @@ from ..errors import SimStateError
 from ..fileio import STATE_FOLDER_MODE, file_lock, open_state_file, read_state_at, write_state_json
 from ..fileio import state_dir as checked_folder
 from ..trusted_path import HeldFolder, state_owners
-from .models import DEFAULT_SIM_MODELS, GPU_MODELS, GpuSpec, parse_model_list
+from .models import DEFAULT_SIM_MODELS, GPU_MODELS, MODELS_ENV, GpuSpec, parse_model_list
 
-MODELS_ENV = "GPUENERGY_SIM_GPUS"
 _UUID_NAMESPACE = uuid_module.UUID("6c0e5a52-8a43-4b8e-9d0b-3f3f1b7c2e11")
 
 

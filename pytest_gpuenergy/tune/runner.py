@@ -30,14 +30,10 @@ from ..reports.sweep import workload_key
 from ..runs.records import CaseEntry, RunDocument
 from ..runs.store import RunStore
 from ..sim.seed import SEED_ENV
+from .defaults import DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE
 from .search import Found, best_setting, first_settings, next_setting
 
-KNOBS = ("power", "clock")
-OBJECTIVES = ("ets", "edp")
-DEFAULT_STEP_W = 25.0
 CLOCK_STEPS = 20
-DEFAULT_MAX_SETTINGS = 5
-DEFAULT_TUNE_STORAGE = ".energy-tune"
 
 
 class TuneError(GpuEnergyError):
