@@ -221,6 +221,20 @@ def test_a_corrupt_state_file_is_a_clear_error(sim_state):
     lib.nvmlShutdown()
 
 
+def _another_process_works_on_gpu_0(seconds: float) -> None:
+    """``seconds`` of CPU-proxy work on the simulated GPU 0 in a process of its own (wall clock), which
+    commits it at its end as a test's process does at a hand-over."""
+    script = (
+        "import time\n"
+        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
+        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
+        f"end = time.process_time() + {seconds}\n"
+        "while time.process_time() < end: pass\n"
+        "n.simSynchronize(); n.nvmlShutdown()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
 def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_for_every_read(nvml):
     """A tick's published value must not change with when it is read: another process's work
     appears from (100 ms after) its commit on, so a reader never sees a jump inside an old interval."""
@@ -228,15 +242,7 @@ def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_
     nvml.simUseDevices([])
     moment = time.time() - 0.05
     before_mj = nvml.simExactEnergyMj(handle, moment)
-    script = (
-        "import time\n"
-        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
-        "end = time.process_time() + 0.2\n"
-        "while time.process_time() < end: pass\n"
-        "n.simSynchronize(); n.nvmlShutdown()\n"
-    )
-    subprocess.run([sys.executable, "-c", script], check=True)
+    _another_process_works_on_gpu_0(0.2)
     time.sleep(0.15)
     assert nvml.simExactEnergyMj(handle, moment) == pytest.approx(before_mj, abs=1.0)
     assert nvml.simExactEnergyMj(handle) - before_mj > 0.2 * (646 - 70) * 0.8 * 1000
@@ -249,15 +255,7 @@ def test_a_process_that_takes_the_gpu_over_is_not_charged_with_the_last_holders_
     once had 1-3 tests in 40 above the H100's 700 W)."""
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     nvml.simUseDevices([])
-    script = (
-        "import time\n"
-        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
-        "end = time.process_time() + 0.2\n"
-        "while time.process_time() < end: pass\n"
-        "n.simSynchronize(); n.nvmlShutdown()\n"
-    )
-    subprocess.run([sys.executable, "-c", script], check=True)
+    _another_process_works_on_gpu_0(0.2)
     nvml.simUseDevices([0])
     start_s, start_mj = time.time(), nvml.simExactEnergyMj(handle)
     published_mj = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)     # at most a period (100 ms) old
