@@ -30,7 +30,7 @@ from typing import Any
 
 from ..fileio import SIM_STATE_ENV, user_state_dir
 from ..runs.store import slug
-from ..sim.state import MODELS_ENV
+from ..sim.models import MODELS_ENV
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
 from .progress import PROGRESS_ENV, read_progress
 
