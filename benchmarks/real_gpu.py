@@ -75,24 +75,37 @@ QUICK = replace(FULL, steady_s=3.0, repeat=3, min_time_s=0.5, per_length=3, over
 SMOKE = Lengths(0.4, 0.15, 2, 0.1, WORKLOADS[-1:], "infer", (0.05, 0.2), 1, 0.2, ("busy",), 200, 2, (0.1,), 1, 0.5)
 
 
-def steady_work(device: str) -> Callable[[float], None]:
-    """A function that keeps ``device`` busy with matmuls for about ``seconds`` (synchronised)."""
-    import torch
+class SteadyWork:
+    """Matmuls that keep ``device`` busy: for a while (``spin``), or a fixed number of steps (``steps``).
 
-    size = 8192 if device.startswith("cuda") else 256
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+    The overhead part times a fixed amount of work (a region that stops at a moment cannot take
+    longer, whatever slows its work down); the other parts need the GPU busy for a while.
+    """
 
-    def run(seconds: float) -> None:
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.cuda = device.startswith("cuda")
+        size = 8192 if self.cuda else 256
+        self.a = torch.randn(size, size, device=device)
+        self.b = torch.randn(size, size, device=device)
+        self.spin(0.2)  # warm-up: kernels chosen, clocks up
+
+    def _step(self) -> None:
+        for _ in range(4):
+            self.torch.mm(self.a, self.b)
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def spin(self, seconds: float) -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
-            for _ in range(4):
-                torch.mm(a, b)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            self._step()
 
-    run(0.2)  # warm-up: kernels chosen, clocks up
-    return run
+    def steps(self, count: int) -> None:
+        for _ in range(count):
+            self._step()
 
 
 def poll(read: Callable[[], int], seconds: float, interval_s: float = 0.0005) -> list[tuple[float, int]]:
@@ -118,12 +131,12 @@ def update_period_s(samples: list[tuple[float, int]]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def counter_vs_sampling(gpu: Any, work: Callable[[float], None], seconds: float, margin_s: float = 0.5) -> dict[str, Any]:
+def counter_vs_sampling(gpu: Any, work: SteadyWork, seconds: float, margin_s: float = 0.5) -> dict[str, Any]:
     """The readers start ``margin_s`` before the work and stop ``margin_s`` after it."""
     energy_thread, energy = in_background(lambda: poll(gpu.energy_mj, seconds + 2 * margin_s))
     power_thread, power = in_background(lambda: poll(gpu.power_mw, seconds + 2 * margin_s, 0.005))
     time.sleep(margin_s)
-    work(seconds)
+    work.spin(seconds)
     energy_thread.join()
     power_thread.join()
     counter = energy["value"]
@@ -166,37 +179,76 @@ def repeatability(backend: Any, gpu: Any, size: str, device: str, repeat: int, m
     return rows
 
 
-def overhead(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...], pairs: int,
+def overhead(backend: Any, gpu: Any, work: Callable[[int], Any], lengths: tuple[float, ...], pairs: int,
              work_name: str = "torch") -> list[dict]:
+    """A fixed amount of ``work`` (calibrated to each length) three ways, in rotating order: with the
+    recorder's thread stopped (no meter at all: the baseline), with it running between regions (as
+    it does all session once a test has measured), and inside ``with meter:``. The overhead is the
+    median of measured / baseline - 1, in wall time.
+
+    Until 2026-11-28 the Python work spun for a length of *process* CPU time, which counts the
+    recorder's thread too: its NVML reads cost CPU, and it reads every tick between regions but one
+    in eight inside one, so the spin ran longer inside a region than outside it for no fault of the
+    meter's (+4.7 % on the H200); the torch work ran for a length of wall time, which no slowdown can
+    lengthen; and the baseline ran with the recorder running. The recorder's CPU a second inside the
+    regions and between them is recorded beside.
+    """
     from pytest_gpuenergy.meter import EnergyMeter
 
     meter = EnergyMeter(backend, [gpu])
     recorder = meter.recorders[0]
     rows = []
     for length in lengths:
-        plain, measured, reads_per_s, cpu_ms_per_s = [], [], [], []
-        for i in range(pairs if length < 5 else min(pairs, 3)):   # 10 s regions: three pairs (a minute)
-            for with_meter in ((True, False) if i % 2 else (False, True)):
-                started = time.perf_counter()
-                if with_meter:
+        units = common.calibrate(work, length, start=1 if work_name == "torch" else 1000)
+        runs: dict[str, list[float]] = {"stopped": [], "running": [], "measured": []}
+        reads_per_s, cpu_ms_per_s, running_cpu_ms_per_s = [], [], []
+        for i in range(pairs if length < 5 else min(pairs, 3)):   # 10 s regions: three rounds (1.5 minutes)
+            for way in _rotated(("stopped", "running", "measured"), i):
+                if way == "stopped":
+                    recorder.stop()
+                    started = time.perf_counter()
+                    work(units)
+                    runs[way].append(time.perf_counter() - started)
+                    _restart(recorder, backend)
+                    recorder.wait_until(recorder.clock() + 2 * recorder.period_s)   # reads before the next region
+                elif way == "running":
+                    started, cpu_before = time.perf_counter(), recorder.cpu_s()
+                    work(units)
+                    runs[way].append(time.perf_counter() - started)
+                    running_cpu_ms_per_s.append(1000 * (recorder.cpu_s() - cpu_before) / runs[way][-1])
+                else:
                     with meter:
-                        work(length)
-                    measured.append(meter.result.time_s)   # T; the wait for the next publication comes after
-                    # what the recorder's thread did meanwhile: its reads (each a wake-up that takes the
-                    # GIL) and its CPU time (since 2026-11-27 it reads one tick in eight inside a long region)
+                        work(units)
+                    runs[way].append(meter.result.time_s)   # T; the wait for the next publication comes after
                     t0, t1 = meter.last_region
                     inside = [r for r in recorder.snapshot(t0, t1)[0] if t0 <= r.started <= t1]
                     reads_per_s.append(len(inside) / (t1 - t0))
                     cpu_ms_per_s.append(1000 * (meter.last_thread_cpu_s or 0.0) / (t1 - t0))
-                else:
-                    work(length)
-                    plain.append(time.perf_counter() - started)
-        rows.append({"work": work_name, "region_s": length, "pairs": len(plain), "plain_median_s": statistics.median(plain),
-                     "measured_median_s": statistics.median(measured),
-                     "overhead": statistics.median(measured) / statistics.median(plain) - 1,
+        median = {way: statistics.median(times) for way, times in runs.items()}
+        rows.append({"work": work_name, "region_s": length, "units": units, "rounds": len(runs["measured"]),
+                     "runs_s": runs, "baseline_median_s": median["stopped"], "running_median_s": median["running"],
+                     "measured_median_s": median["measured"],
+                     "overhead": median["measured"] / median["stopped"] - 1,
+                     "between_regions_overhead": median["running"] / median["stopped"] - 1,
                      "recorder_reads_per_s": statistics.median(reads_per_s),
-                     "recorder_cpu_ms_per_s": statistics.median(cpu_ms_per_s)})
+                     "recorder_cpu_ms_per_s": statistics.median(cpu_ms_per_s),
+                     "recorder_cpu_ms_per_s_between_regions": statistics.median(running_cpu_ms_per_s)})
     return rows
+
+
+def _restart(recorder: Any, backend: Any) -> None:
+    """Start a stopped recorder again with what it learned (its lattice: no learning again)."""
+    from pytest_gpuenergy.meter.recorder import PlanDriver, ThreadDriver
+
+    virtual = backend.virtual_clock
+    recorder.driver = (PlanDriver(recorder, virtual, backend.sleep_until) if virtual is not None
+                       else ThreadDriver(recorder))
+    recorder.driver.start()
+
+
+def _rotated(ways: tuple[str, ...], i: int) -> tuple[str, ...]:
+    shift = i % len(ways)
+    return ways[shift:] + ways[:shift]
 
 
 def until(stop: threading.Event, action: Callable[[], Any]) -> None:
@@ -204,7 +256,7 @@ def until(stop: threading.Event, action: Callable[[], Any]) -> None:
         action()
 
 
-def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengths: tuple[float, ...],
+def window_accuracy(backend: Any, gpu: Any, work: SteadyWork, lengths: tuple[float, ...],
                     per_length: int, settle_s: float = 1.5, phases: tuple[str, ...] = ("busy", "idle")) -> list[dict]:
     """Short ``with meter:`` windows inside steady work (and on an idle GPU) against the long-run power.
 
@@ -225,7 +277,7 @@ def window_accuracy(backend: Any, gpu: Any, work: Callable[[float], None], lengt
         threads = [threading.Thread(target=until, args=(stop, lambda: (counter.append((time.perf_counter(), gpu.energy_mj())),
                                                                        time.sleep(0.0005))), daemon=True)]
         if phase == "busy":
-            threads.append(threading.Thread(target=until, args=(stop, lambda: work(0.05)), daemon=True))
+            threads.append(threading.Thread(target=until, args=(stop, lambda: work.spin(0.05)), daemon=True))
         for thread in threads:
             thread.start()
         time.sleep(settle_s)                  # steady power (clocks up, or settled back to idle)
@@ -402,6 +454,23 @@ def machine_of(backend: Any, gpu: Any, cuda: str | None = None) -> dict[str, Any
             "real_gpu": f"{gpu.name}, driver {backend.driver_version}" + (f", CUDA {cuda}" if cuda else "")}
 
 
+def overhead_rows(backend: Any, gpu: Any, work: SteadyWork, lengths: Lengths) -> list[dict]:
+    """Steady torch work at every overhead length, GIL-bound Python work at the first."""
+    return (overhead(backend, gpu, work.steps, lengths.overhead_lengths_s, lengths.overhead_pairs)
+            + overhead(backend, gpu, common.python_work, lengths.overhead_lengths_s[:1], lengths.overhead_pairs, "python"))
+
+
+def print_overhead(rows: list[dict]) -> None:
+    common.print_table(["work", "region s", "rounds", "no meter s", "measured s", "overhead", "between regions", "reads/s",
+                        "recorder CPU ms/s", "...between regions"],
+                       [[r["work"], r["region_s"], r["rounds"], r["baseline_median_s"], r["measured_median_s"],
+                         common.pct(r["overhead"], 2), common.pct(r["between_regions_overhead"], 2),
+                         round(r["recorder_reads_per_s"], 1), round(r["recorder_cpu_ms_per_s"], 2),
+                         round(r["recorder_cpu_ms_per_s_between_regions"], 2)] for r in rows],
+                       title="Meter overhead on a fixed amount of steady GPU work and of GIL-bound Python work "
+                             "(against no meter; between regions: the recorder running, no region)")
+
+
 def main() -> None:
     p = read_only_parser(__doc__.splitlines()[0])
     p.add_argument("--steady-s", type=float, default=12.0, help="length of the steady workload (default 12 s)")
@@ -412,6 +481,8 @@ def main() -> None:
     p.add_argument("--drift", metavar="TAG",
                    help="only the drift part (one workload with the GPU's temperature and clocks), written as real_gpu_drift_TAG: "
                         "run it at a session's start and end")
+    p.add_argument("--overhead-only", action="store_true",
+                   help="only the overhead part at 1 s, written as real_gpu_overhead (a short check on a lent GPU)")
     args = p.parse_args()
     if args.smoke:
         args.quick = True
@@ -430,8 +501,18 @@ def main() -> None:
                                                                                   "simulated": backend.simulated}, "drift": row},
                                            quick=args.quick, started=started, out_dir=args.out, **machine_of(backend, gpu)))
         return
+    if args.overhead_only:
+        try:
+            over = overhead_rows(backend, gpu, SteadyWork(args.device), replace(lengths, overhead_lengths_s=(1.0,)))
+        finally:
+            backend.close()
+        print_overhead(over)
+        print("wrote", common.write_result(f"{NAME}_overhead", {"gpu": {"name": gpu.name, "driver": backend.driver_version,
+                                                                        "simulated": backend.simulated}, "overhead": over},
+                                           quick=args.quick, started=started, out_dir=args.out, **machine_of(backend, gpu)))
+        return
     try:
-        work = steady_work(args.device)
+        work = SteadyWork(args.device)
         comparison = counter_vs_sampling(gpu, work, lengths.steady_s, margin_s=lengths.margin_s)
         common.print_table(["figure", "value"], [[k, v] for k, v in comparison.items()],
                            title=f"Energy counter against integrated power over {lengths.steady_s:g} s of steady work")
@@ -462,13 +543,8 @@ def main() -> None:
             ["empty region, median / max ms", f"{costs['empty_region_ms_median']:.2f} / {costs['empty_region_ms_max']:.2f}"],
             ["meter thread CPU per empty region ms", f"{costs['meter_thread_cpu_ms_median']:.2f}"],
         ], title="NVML read latency and the fixed cost of a region")
-        over = overhead(backend, gpu, work, lengths.overhead_lengths_s, lengths.overhead_pairs)
-        over += overhead(backend, gpu, common.spin_python, lengths.overhead_lengths_s[:1], lengths.overhead_pairs, "python")
-        common.print_table(["work", "region s", "pairs", "plain s", "measured s", "overhead", "reads/s", "recorder CPU ms/s"],
-                           [[r["work"], r["region_s"], r["pairs"], r["plain_median_s"], r["measured_median_s"],
-                             common.pct(r["overhead"], 2), round(r["recorder_reads_per_s"], 1),
-                             round(r["recorder_cpu_ms_per_s"], 2)] for r in over],
-                           title="Meter overhead on steady GPU work and on GIL-bound Python work")
+        over = overhead_rows(backend, gpu, work, lengths)
+        print_overhead(over)
         lattice = lattice_on_the_counter(backend, gpu, lengths.lattice_s)
         common.print_table(["figure", "value"], [[k, v] for k, v in lattice.items()],
                            title="The recorder's lattice against publications bracketed by a 0.5 ms poller")

@@ -264,6 +264,25 @@ def test_the_real_gpu_script_dry_runs_on_the_simulator_and_changes_no_limit(tmp_
     assert abs(comparison["sampling_vs_counter"]) < 0.05
     assert [row["workload"] for row in result["repeatability"]] == ["transformer-infer-tiny"]   # --smoke: one, inference
     assert 0 < result["read_costs"]["mark_moment"]["median_us"] <= result["read_costs"]["mark_moment"]["p99_us"]
+    # The overhead: a fixed amount of work three ways, against a baseline with the recorder's thread
+    # stopped; the recorder, started again with what it knew, read inside the measured regions.
+    overhead = result["overhead"]
+    assert [row["work"] for row in overhead] == ["torch", "python"]
+    for row in overhead:
+        assert row["units"] >= 1 and row["rounds"] == 1
+        assert {way: len(times) for way, times in row["runs_s"].items()} == {"stopped": 1, "running": 1, "measured": 1}
+        assert row["overhead"] == pytest.approx(row["measured_median_s"] / row["baseline_median_s"] - 1)
+        assert row["baseline_median_s"] == row["runs_s"]["stopped"][0]
+        assert row["recorder_reads_per_s"] > 0
+
+
+def test_the_real_gpu_overhead_rotates_which_way_runs_first():
+    import real_gpu
+
+    ways = ("stopped", "running", "measured")
+    firsts = [real_gpu._rotated(ways, i)[0] for i in range(3)]
+    assert sorted(firsts) == sorted(ways)
+    assert all(sorted(real_gpu._rotated(ways, i)) == sorted(ways) for i in range(5))
 
 
 @pytest.mark.slow
