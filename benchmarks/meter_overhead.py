@@ -28,8 +28,9 @@ other processes falls on both sides alike.
   meter CPU per second x L) / L. The thread's user time (``/proc/self/task/<tid>/stat``, in 10 ms
   ticks, over the whole ``with`` block, the wait for the next publication included) is shown too;
   until 2026-11-27 the estimate used it, library and all, in steps of 0.17 % over six 1 s regions.
-  What no CPU figure holds is the cost of handing the GIL over at each wake-up (the real H200's
-  direct figure, +1.14 % with the recorder of then, was above its CPU); fewer wake-ups cut it.
+  What no CPU figure holds is the cost of handing the GIL over at each wake-up; fewer wake-ups cut
+  it. (The real H200's direct figure of 2026-11-27, +1.14 %, came from a wrong method, and on
+  2026-11-28 that host's Python work varied by ±20 %, hiding any effect: see real_gpu.py.)
 
 Goal (issues 6 and 11): at most 0.5 % for regions of 1 s and more, also with 2.4 ms reads.
 The goals' figures (``goals``: ``meter_overhead_python`` in counter mode, ``meter_overhead_slow_reads``
