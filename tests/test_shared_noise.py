@@ -199,7 +199,28 @@ def test_share_moderates_each_part_with_its_own_prior_and_keeps_every_field_cons
         assert got.between == pytest.approx(between) and got.df == pytest.approx(between_df)
         assert got.within_cv2 == pytest.approx(within) and got.within_df == pytest.approx(within_df)
         assert got.within_of_mean == pytest.approx(within_of_mean)
-        assert got.variance == pytest.approx(max(0.0, between - within_of_mean))
+        assert got.variance == pytest.approx(between - within_of_mean)     # not floored: see the next test
+    assert any(n.variance < 0 for n in shared.values()) and any(n.variance > 0 for n in shared.values())
+
+
+def test_a_shared_session_variance_below_0_narrows_the_interval_down_to_a_floor():
+    """Moderated, the session variance's estimate is unbiased and may be below 0: the interval is then
+    narrower than with none (a floored estimate would widen it whenever chance puts it above 0), but
+    never narrower than half of the repetitions' variance allows, however low the estimate."""
+    old, new = [1.0, 1.02, 0.98], [1.06, 1.08, 1.04]
+    base = SessionNoise(variance=0.0, runs=10, within_cv2=4e-4, within_df=300, between=4e-4 / 3,
+                        within_of_mean=4e-4 / 3, session_df=400.0, shared=True)
+
+    def half_width(variance: float) -> float:
+        got = decide("ets", old, new, 2.0, session=replace(base, variance=variance))
+        return (math.log1p(got.ci_high_pct / 100) - math.log1p(got.ci_low_pct / 100)) / 2
+
+    repetitions = 4e-4 * (1 / 3 + 1 / 3)                       # the pooled spread over both means
+    assert half_width(-2e-5) < half_width(0.0) < half_width(2e-5)
+    floor = half_width(-repetitions / 4)                        # 2 * variance = -half of the repetitions' part
+    assert half_width(-repetitions) == pytest.approx(floor, rel=0.02)
+    assert half_width(-10 * repetitions) == pytest.approx(floor, rel=0.02)
+    assert floor == pytest.approx(half_width(0.0) * math.sqrt(0.5), rel=0.04)   # (the t quantile's df move a little)
 
 
 def test_one_part_is_shared_where_only_it_can_be():

@@ -48,7 +48,9 @@ up to 40 % apart at 1 to 3 % CV within each run, and the within-run test called 
 cases real EDP regressions. So when the store holds earlier runs of the same GPU model and
 backend, the gate also estimates, per case and metric, the variance of a session's mean around
 the true one: ``s_b**2 = var(log run means) - mean(within-run variance of a run's log mean)`` over
-the baseline and up to ``HISTORY_RUNS - 1`` runs before it (floored at 0). Each side's mean
+the baseline and up to ``HISTORY_RUNS - 1`` runs before it (floored at 0 for a case alone;
+moderated with the suite's other cases, below, the unbiased estimate, which may be below 0, with
+the total floored at half of the repetitions' part). Each side's mean
 carries one session effect, so ``se**2`` gains ``2 * s_b**2``, with ``k - 1`` degrees of freedom
 (k runs) in the Welch-Satterthwaite sum. With a single saved run this term is unknown: the test
 then sees within-run noise only, and the comparison says so. Save several baselines (k >= 3;
@@ -189,8 +191,12 @@ def _log_ratio_spread(old: Sequence[float], new: Sequence[float], old_mean: floa
     cv2_old = sample_variance([v / old_mean for v in old])      # scaled first: no overflow
     cv2_new = sample_variance([v / new_mean for v in new])
     terms = _within_terms(cv2_old, len(old), cv2_new, len(new), session)
-    var_sessions = 2.0 * session.variance if session is not None else 0.0
+    var_sessions = 0.0
     if session is not None:
+        # A shared estimate of the session variance may be below 0 (see shared_noise._moderate): it
+        # takes off at most half of what the repetitions give, so that a chance low estimate cannot
+        # make the interval arbitrarily narrow.
+        var_sessions = max(2.0 * session.variance, -0.5 * sum(variance for variance, _ in terms))
         terms.append((var_sessions, session.df))
     total = sum(variance for variance, _ in terms)
     log_ratio = math.log(new_mean / old_mean)

@@ -75,7 +75,7 @@ class SessionNoise:
     ``shared``: moderated with the same metric's estimates of the suite's other cases (``shared_noise``),
     which adds to the degrees of freedom."""
 
-    variance: float                # s_b**2 of the log of a session's mean: between - within_of_mean, floored at 0
+    variance: float                # s_b**2 of the log of a session's mean: between - within_of_mean (floored at 0 unless shared)
     runs: int                      # saved runs it was estimated from
     within_cv2: float = 0.0        # the repetitions' squared CV, pooled over the saved runs
     within_df: float = 0           # its degrees of freedom: the sum of (repetitions - 1) over the runs
@@ -86,7 +86,8 @@ class SessionNoise:
 
     @property
     def cv(self) -> float:
-        return math.sqrt(self.variance)
+        """The session noise as a CV (0 where a shared estimate is below 0)."""
+        return math.sqrt(max(self.variance, 0.0))
 
     @property
     def df(self) -> float:

@@ -95,7 +95,11 @@ def _moderate(noise: SessionNoise, between_prior: Prior | None, within_prior: Pr
     # what the repetitions' spread adds to a run mean's variance scales with the moderated spread
     scale = within_cv2 / noise.within_cv2 if noise.within_cv2 > 0 else 1.0
     within_of_mean = noise.within_of_mean * scale
-    return replace(noise, variance=max(0.0, between - within_of_mean), between=between, session_df=between_df,
+    # Not floored at 0: moderated, both parts are estimated well, and the difference is unbiased. Floored,
+    # it is above 0 whenever chance puts the between-run part above the other, so sessions that move no
+    # more than their repetitions explain still widen every interval (at 2 % noise, n = 3, +5 %: 71 %
+    # detected instead of 73.5 %, against the best possible 74.6 %). decide floors the total instead.
+    return replace(noise, variance=between - within_of_mean, between=between, session_df=between_df,
                    within_cv2=within_cv2, within_df=within_df, within_of_mean=within_of_mean, shared=True)
 
 
