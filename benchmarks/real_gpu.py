@@ -201,7 +201,7 @@ def overhead(backend: Any, gpu: Any, work: Callable[[int], Any], lengths: tuple[
     for length in lengths:
         units = common.calibrate(work, length, start=1 if work_name == "torch" else 1000)
         runs: dict[str, list[float]] = {"stopped": [], "running": [], "measured": []}
-        reads_per_s, cpu_ms_per_s, running_cpu_ms_per_s = [], [], []
+        reads_per_s, cpu_ms_per_s, running_cpu_ms_per_s, running_reads_per_s = [], [], [], []
         for i in range(pairs if length < 5 else min(pairs, 3)):   # 10 s regions: three rounds (1.5 minutes)
             for way in _rotated(("stopped", "running", "measured"), i):
                 if way == "stopped":
@@ -212,10 +212,12 @@ def overhead(backend: Any, gpu: Any, work: Callable[[int], Any], lengths: tuple[
                     _restart(recorder, backend)
                     recorder.wait_until(recorder.clock() + 2 * recorder.period_s)   # reads before the next region
                 elif way == "running":
-                    started, cpu_before = time.perf_counter(), recorder.cpu_s()
+                    started, cpu_before, since = time.perf_counter(), recorder.cpu_s(), recorder.clock()
                     work(units)
                     runs[way].append(time.perf_counter() - started)
                     running_cpu_ms_per_s.append(1000 * (recorder.cpu_s() - cpu_before) / runs[way][-1])
+                    until = recorder.clock()
+                    running_reads_per_s.append(len(recorder.snapshot(since, until)[0]) / (until - since))
                 else:
                     with meter:
                         work(units)
@@ -232,7 +234,8 @@ def overhead(backend: Any, gpu: Any, work: Callable[[int], Any], lengths: tuple[
                      "between_regions_overhead": median["running"] / median["stopped"] - 1,
                      "recorder_reads_per_s": statistics.median(reads_per_s),
                      "recorder_cpu_ms_per_s": statistics.median(cpu_ms_per_s),
-                     "recorder_cpu_ms_per_s_between_regions": statistics.median(running_cpu_ms_per_s)})
+                     "recorder_cpu_ms_per_s_between_regions": statistics.median(running_cpu_ms_per_s),
+                     "recorder_reads_per_s_between_regions": statistics.median(running_reads_per_s)})
     return rows
 
 
@@ -462,11 +465,12 @@ def overhead_rows(backend: Any, gpu: Any, work: SteadyWork, lengths: Lengths) ->
 
 def print_overhead(rows: list[dict]) -> None:
     common.print_table(["work", "region s", "rounds", "no meter s", "measured s", "overhead", "between regions", "reads/s",
-                        "recorder CPU ms/s", "...between regions"],
+                        "recorder CPU ms/s", "...between regions", "reads/s between"],
                        [[r["work"], r["region_s"], r["rounds"], r["baseline_median_s"], r["measured_median_s"],
                          common.pct(r["overhead"], 2), common.pct(r["between_regions_overhead"], 2),
                          round(r["recorder_reads_per_s"], 1), round(r["recorder_cpu_ms_per_s"], 2),
-                         round(r["recorder_cpu_ms_per_s_between_regions"], 2)] for r in rows],
+                         round(r["recorder_cpu_ms_per_s_between_regions"], 2),
+                         round(r["recorder_reads_per_s_between_regions"], 1)] for r in rows],
                        title="Meter overhead on a fixed amount of steady GPU work and of GIL-bound Python work "
                              "(against no meter; between regions: the recorder running, no region)")
 
