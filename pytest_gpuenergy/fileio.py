@@ -26,7 +26,7 @@ import pwd
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -338,9 +338,10 @@ def file_lock(folder: Path, name: str, *, timeout_s: float | None = None) -> Ite
 SIM_STATE_ENV = "GPUENERGY_SIM_STATE"
 
 
-def sim_state_dir() -> Path:
-    """The simulated GPUs' state folder: ``GPUENERGY_SIM_STATE``, else ``sim/`` of the user's state."""
-    configured = os.environ.get(SIM_STATE_ENV)
+def sim_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The simulated GPUs' state folder: ``GPUENERGY_SIM_STATE`` (of ``env``, else of this process),
+    else ``sim/`` of the user's state."""
+    configured = (os.environ if env is None else env).get(SIM_STATE_ENV)
     return Path(configured).expanduser() if configured else user_state_dir() / "sim"
 
 

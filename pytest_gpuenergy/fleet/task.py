@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..fileio import SIM_STATE_ENV, user_state_dir
+from ..fileio import SIM_STATE_ENV, sim_state_dir
 from ..runs.store import slug
 from ..sim.models import MODELS_ENV
 from .plan import NEUTRAL_INI, TaskSpec, sim_model_for
@@ -62,9 +62,7 @@ def sim_state_for(spec: TaskSpec, env: Mapping[str, str] | None = None) -> Path:
     A stable folder (not a temporary one), like a real GPU's own state: a cap a killed session
     left is found and repaired by the next session of the same model on that node.
     """
-    configured = (os.environ if env is None else env).get(SIM_STATE_ENV)
-    root = Path(configured).expanduser() if configured else user_state_dir() / "sim"
-    return root / "fleet" / f"{slug(spec.model)}-x{spec.num_gpus}"
+    return sim_state_dir(env) / "fleet" / f"{slug(spec.model)}-x{spec.num_gpus}"
 
 
 def task_env(spec: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
