@@ -283,16 +283,8 @@ def test_energy_from_another_process_reaches_the_shared_counter(nvml):
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     nvml.simUseDevices([])          # this process does no work on the GPU
     e0 = nvml.simExactEnergyMj(handle)
-    script = (
-        "import time\n"
-        "from pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
-        "n = SimulatedNvml(clock='wall'); n.nvmlInit()\n"
-        "end = time.process_time() + 0.4\n"
-        "while time.process_time() < end: pass\n"
-        "n.simSynchronize(); n.nvmlShutdown()\n"
-    )
     started = time.time()
-    subprocess.run([sys.executable, "-c", script], check=True)
+    _another_process_works_on_gpu_0(0.4)
     elapsed = time.time() - started
     time.sleep(0.15)   # another process's work shows on the counter 100 ms after its commit
     gained_j = (nvml.simExactEnergyMj(handle) - e0) / 1000
