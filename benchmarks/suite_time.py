@@ -166,7 +166,7 @@ def main() -> None:
     caps = QUICK_CAPS if args.quick else CAPS
     select = QUICK_SELECT if args.quick else None
     if args.quick:
-        print(f"quick run: one round at --gpu-caps={QUICK_CAPS}, the inference steps (-k {QUICK_SELECT}) "
+        print(f"quick run: one round at --gpu-caps={QUICK_CAPS}, the training steps (-k {QUICK_SELECT}) "
               f"(the full run: 3 rounds at {CAPS}, every workload and mode)\n", flush=True)
     torch_s = torch_import_s(1 if args.quick else 3)
     results = []
