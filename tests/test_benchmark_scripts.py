@@ -236,6 +236,28 @@ def test_compare_scaling_compares_every_case_of_its_runs():
     assert compare_scaling.cpu_seconds(40, moved=True) > 0
 
 
+def test_html_report_times_each_plot_kind_and_puts_the_functions_back():
+    """The script's per-kind timing: every plot the page draws is counted under its kind, and the
+    report's own functions are restored after (a later page is not timed)."""
+    import html_report
+
+    from pytest_gpuenergy.reports import html
+
+    from helpers import make_doc
+
+    before = {kind: getattr(html, kind) for kind in html_report.KINDS}
+    spent: dict[str, list[float]] = {kind: [] for kind in html_report.KINDS}
+    undo = html_report.timed_kinds(spent)
+    try:
+        page = html.html_report([make_doc(seed=1, workloads=("a", "b"), caps_w=(200.0, 300.0))])
+    finally:
+        undo()
+    assert {kind: len(times) for kind, times in spent.items()} == {
+        "sweep_svg": 2, "pareto_svg": 2, "heatmap_svg": 1, "legend_svg": 1}
+    assert page.count("<svg") == 6 and all(t > 0 for times in spent.values() for t in times)
+    assert {kind: getattr(html, kind) for kind in html_report.KINDS} == before
+
+
 def test_run_all_rejects_an_unknown_benchmark():
     done = subprocess.run([sys.executable, str(BENCH / "run_all.py"), "--only", "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown benchmark(s) nope" in done.stderr

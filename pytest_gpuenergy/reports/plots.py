@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .svg import figure_svg, new_figure, rc_context
+from .svg import EDGE_PT, figure_svg, new_figure, place_axes, rc_context, title_room_pt
 from .sweep import Optimum, Sweep, SweepPoint
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def sweep_svg(sweep: Sweep, optima: dict[str, Optimum | None], baseline: Sweep |
               element_id: str, regressed_caps: Sequence[str] = ()) -> str:
     """ETS, T and EDP of one workload against the enforced limit, stacked with a shared axis."""
     with rc_context():
-        fig = new_figure(3.6, 4.6)
+        fig = new_figure(3.6, 4.6, placed=True)
         axes = fig.subplots(3, 1, sharex=True)
         suspects = {id(s.point) for s in sweep.suspects()}
         for ax, (metric, label, unit) in zip(axes, METRICS):
@@ -58,7 +58,8 @@ def sweep_svg(sweep: Sweep, optima: dict[str, Optimum | None], baseline: Sweep |
         axes[-1].set_xlabel("enforced power limit")
         axes[-1].xaxis.set_major_formatter(_eng("W"))
         sim = " (simulated)" if sweep.simulated else ""
-        fig.suptitle(f"{name}{sim}", fontsize=9.5, fontweight="bold")
+        fig.suptitle(f"{name}{sim}", fontsize=9.5, fontweight="bold", y=1 - EDGE_PT / (4.6 * 72), va="top")
+        place_axes(fig, axes, top_pt=title_room_pt(9.5, bold=True, pad_pt=EDGE_PT), gap_pt=9.5)
     return figure_svg(fig, _sweep_label(sweep, optima, name), element_id=element_id)
 
 
@@ -202,10 +203,15 @@ def _reference(points: Sequence[SweepPoint]) -> SweepPoint | None:
 
 def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: str) -> str:
     """ETS against T across the caps of one workload, one line per GPU model."""
+    import matplotlib
+    from matplotlib.ticker import MaxNLocator
+
     with rc_context():
         # Several models: their legend goes under the plot (full model names are wider than the plot
         # beside it), and the figure grows by a line per model to hold it.
-        fig = new_figure(2.6, 2.3 + (0.2 * len(series) if len(series) > 1 else 0.0))
+        legend_pt = 0.2 * 72 * len(series) if len(series) > 1 else 0.0
+        height_in = 2.3 + legend_pt / 72
+        fig = new_figure(2.6, height_in, placed=True)
         ax = fig.add_subplot()
         for index, (model, sweep) in enumerate(series):
             colour = MODEL_COLOURS[index % len(MODEL_COLOURS)]
@@ -220,12 +226,16 @@ def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: st
                         markerfacecolor=colour if filled else "#ffffff", markeredgewidth=1.2)
         ax.set_xlabel("T")
         ax.set_ylabel("ETS")
+        # At most four ticks: matplotlib spaces x ticks for labels 3 em wide, "500 ms" is 4.5 em
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
         ax.xaxis.set_major_formatter(_eng("s"))
         ax.yaxis.set_major_formatter(_eng("J"))
         ax.grid(True, color="#e6e6e6", linewidth=0.6)
         ax.set_title(name, fontsize=8.5)
         if len(series) > 1:
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False, fontsize=6.5)
+            fig.legend(*ax.get_legend_handles_labels(), loc="lower center", frameon=False, fontsize=6.5,
+                       bbox_to_anchor=(0.5, EDGE_PT / (height_in * 72)), bbox_transform=fig.transFigure)
+        place_axes(fig, [ax], top_pt=title_room_pt(8.5, pad_pt=matplotlib.rcParams["axes.titlepad"]), below_pt=legend_pt)
     models = ", ".join(model for model, _ in series)
     return figure_svg(fig, f"{name}: ETS against T across the caps on {models}; filled: caps no other beats in both; "
                            f"star: the default limit", element_id=element_id, css_class="plot pareto")

@@ -10,13 +10,20 @@ the plots fill their column at any page width and never overflow it.
 
 Matplotlib is imported here only, when a page is drawn: a test session that writes no HTML
 report never pays for the import.
+
+Most plots have their axes placed by ``place_axes``, not by matplotlib's constrained layout: the
+layout draws a figure once more before saving it to measure every artist (half of a plot's time;
+the main job's 126-case page took 4.7 s, 38 plots), where the room a plot's labels need follows
+from a few strings' widths: the tick labels, the axis labels and the title.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -40,11 +47,91 @@ _RC = {
 }
 
 
-def new_figure(width_in: float, height_in: float) -> Any:
-    """A matplotlib Figure (not pyplot: no global state, no GUI backend) of this size in inches."""
+def new_figure(width_in: float, height_in: float, *, placed: bool = False) -> Any:
+    """A matplotlib Figure (not pyplot: no global state, no GUI backend) of this size in inches, laid
+    out by matplotlib's constrained layout, or, ``placed``, by ``place_axes`` once its data is drawn."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width_in, height_in), layout="constrained")
+    return Figure(figsize=(width_in, height_in), layout=None if placed else "constrained")
+
+
+EDGE_PT = 3.0       # room left at the figure's edges (constrained layout's own pad: 3 pt)
+_SLACK_PT = 1.0     # what a placement may be short of matplotlib's own measure (0.3-0.5 pt found)
+
+
+@functools.lru_cache(maxsize=512)
+def text_size_pt(text: str, size_pt: float, bold: bool = False) -> tuple[float, float]:
+    """Width and height in points of ``text`` on one line in the report's font, as matplotlib lays it
+    out: a line is at least as tall as "lp" (ascender to descender). Call it inside ``rc_context``."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    font = FontProperties(size=size_pt, weight="bold" if bold else "normal")
+    width, height, _ = text_to_path.get_text_width_height_descent(text, font, ismath=False)
+    _, line, _ = text_to_path.get_text_width_height_descent("lp", font, ismath=False)
+    return width, max(height, line)
+
+
+def title_room_pt(size_pt: float, *, bold: bool = False, pad_pt: float = 0.0) -> float:
+    """The room above the axes for a one-line title of this size ``pad_pt`` above them (edge included)."""
+    return EDGE_PT + text_size_pt("lp", size_pt, bold)[1] + pad_pt + _SLACK_PT
+
+
+def place_axes(fig: Any, axes: Sequence[Any], *, top_pt: float, below_pt: float = 0.0, gap_pt: float = 0.0) -> None:
+    """Place ``axes``, stacked top to bottom and sharing their x axis (the last one's labelled), with
+    ``top_pt`` above them, ``below_pt`` below the lowest one's x labels (a legend's room) and ``gap_pt``
+    between them: the left margin holds the widest y tick label and the y label, the bottom the x tick
+    labels and the x label, the right a last x tick label that reaches past the axes."""
+    import matplotlib
+
+    width_pt, height_pt = (float(v) * 72.0 for v in fig.get_size_inches())
+    lowest = axes[-1]
+    bottom_pt = below_pt + EDGE_PT + _axis_room_pt(lowest.xaxis, "xtick") + _SLACK_PT
+    rows = len(axes)
+    axes_height_pt = (height_pt - top_pt - bottom_pt - gap_pt * (rows - 1)) / rows
+    adjust = {"top": 1 - top_pt / height_pt, "bottom": bottom_pt / height_pt, "hspace": gap_pt / axes_height_pt}
+    fig.subplots_adjust(left=0.2, right=0.95, **adjust)       # the heights first: the y ticks depend on them
+    tick_pt = matplotlib.rcParams["ytick.labelsize"]
+    widest_pt = max((text_size_pt(label, tick_pt)[0] for ax in axes for _, label in _tick_labels(ax.yaxis, ax.get_ylim())),
+                    default=0.0)
+    left_pt = EDGE_PT + _axis_room_pt(axes[0].yaxis, "ytick") + widest_pt + _SLACK_PT
+    right_pt = EDGE_PT
+    for _ in range(2):                                          # the x ticks depend on the width they get
+        fig.subplots_adjust(left=left_pt / width_pt, right=1 - right_pt / width_pt, **adjust)
+        reach_pt = _x_reach_pt(lowest, width_pt * (1 - (left_pt + right_pt) / width_pt))
+        right_pt = EDGE_PT + max(0.0, reach_pt)
+    fig.subplots_adjust(left=left_pt / width_pt, right=1 - right_pt / width_pt, **adjust)
+
+
+def _axis_room_pt(axis: Any, rc_key: str) -> float:
+    """An axis's label, its pad, and its ticks' length and pad; an x axis' also its labels' height (a y
+    axis' labels' width is the caller's)."""
+    import matplotlib
+
+    rc = matplotlib.rcParams
+    label = axis.label.get_text()
+    label_pt = text_size_pt(label, float(axis.label.get_fontsize()))[1] + axis.labelpad if label else 0.0
+    if rc_key == "xtick":
+        return label_pt + rc["xtick.major.size"] + rc["xtick.major.pad"] + text_size_pt("lp", rc["xtick.labelsize"])[1]
+    return label_pt + rc["ytick.major.size"] + rc["ytick.major.pad"]
+
+
+def _tick_labels(axis: Any, limits: tuple[float, float]) -> list[tuple[float, str]]:
+    """The major ticks drawn (those inside the view) and their labels, as the axis will draw them."""
+    low, high = sorted(limits)
+    slack = 1e-9 * (high - low)
+    locations = [v for v in axis.get_majorticklocs() if low - slack <= v <= high + slack]
+    return list(zip(locations, axis.get_major_formatter().format_ticks(locations)))
+
+
+def _x_reach_pt(ax: Any, axes_width_pt: float) -> float:
+    """How far the x tick labels (centred on their ticks) reach past the axes' right edge, in points."""
+    import matplotlib
+
+    low, high = ax.get_xlim()
+    size_pt = matplotlib.rcParams["xtick.labelsize"]
+    return max((((v - low) / (high - low)) * axes_width_pt + text_size_pt(label, size_pt)[0] / 2 - axes_width_pt
+                for v, label in _tick_labels(ax.xaxis, (low, high))), default=0.0)
 
 
 def rc_context() -> Any:
