@@ -105,6 +105,9 @@ MODULES: dict[str, list[str]] = {
     "pytest_gpuenergy/runs/shards.py": _RUNS,
     "pytest_gpuenergy/runs/store.py": _RUNS,
     "pytest_gpuenergy/runs/validation.py": _RUNS,
+    # the plots' placement (place_axes) and the SVG's ids and size: tests/test_plot_layout.py draws every
+    # placed plot kind, test_reports.py the pages
+    "pytest_gpuenergy/reports/svg.py": ["tests/test_plot_layout.py", "tests/test_reports.py"],
 }
 
 # Own test files whose names the rule in tests_of does not give, and files it gives that are another module's
