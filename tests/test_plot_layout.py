@@ -175,3 +175,38 @@ def test_the_check_sees_a_label_cut_off_and_a_legend_on_the_labels(drawn):
     pareto.subplots_adjust(bottom=0.2)
     with pytest.raises(AssertionError, match="texts overlap|a text on an axes"):
         check_placed(pareto)
+
+
+LONG_NAME = "test_checkout_flow_retries_an_expired_card_and_emails_the_customer[visa-3ds]"
+
+
+def test_a_long_test_name_is_elided_in_its_middle_and_simulated_is_never_cut_off(drawn):
+    """An existing suite's test names (``--energy-all``) are longer than a plot is wide: the title keeps
+    the name's start and end and says "(simulated)" whole; the card under the plot gives the whole id."""
+    from pytest_gpuenergy.meter.results import PhaseFigures
+
+    sweep = scaled_sweep(7.0, name=LONG_NAME)
+    plots.sweep_svg(sweep, {}, None, name=LONG_NAME, element_id="s")
+    plots.pareto_svg(LONG_NAME, [(MODELS[0], sweep)], element_id="p")
+    phases = {name: PhaseFigures(ets, 0.9 * ets, 1.1 * ets, 0.01, ets / 0.01, share, share, True, "")
+              for name, ets, share in (("forward", 4.0, 0.4), ("backward", 6.0, 0.6))}
+    plots.phase_shares_svg(LONG_NAME, phases, simulated=True, element_id="f")
+    swept, pareto, phased = drawn
+    titles = [swept.texts[0].get_text(), pareto.axes[0].get_title(), phased.texts[0].get_text()]
+    assert titles[0].endswith(" (simulated)") and titles[2].endswith(" (simulated)"), titles
+    for title in titles:
+        name = title.removesuffix(" (simulated)")
+        head, tail = name.split("…")
+        assert LONG_NAME.startswith(head) and LONG_NAME.endswith(tail) and len(head) >= 10 and len(tail) >= 10, title
+    check_placed(swept)
+    check_placed(pareto)
+    texts, _, figure = layout(phased)
+    assert all(figure.x0 - 0.5 <= box.x0 and box.x1 <= figure.x1 + 0.5 for box in texts), "a phase plot's text cut off"
+
+
+def test_a_name_that_fits_is_left_whole(drawn):
+    sweep = scaled_sweep(7.0)
+    plots.sweep_svg(sweep, {}, None, name="alexnet-train", element_id="s")
+    plots.pareto_svg("alexnet-train", [(MODELS[0], sweep)], element_id="p")
+    swept, pareto = drawn
+    assert swept.texts[0].get_text() == "alexnet-train (simulated)" and pareto.axes[0].get_title() == "alexnet-train"

@@ -72,6 +72,18 @@ def text_size_pt(text: str, size_pt: float, bold: bool = False) -> tuple[float, 
     return width, max(height, line)
 
 
+def fitted_title(name: str, suffix: str, size_pt: float, width_pt: float, *, bold: bool = False) -> str:
+    """``name`` + ``suffix`` on one line no wider than ``width_pt``: ``name`` elided in its middle where
+    it is too long (the card under a plot gives the whole id), ``suffix`` (" (simulated)") always whole.
+    Call it inside ``rc_context``."""
+    from .numbers import elide
+
+    chars = len(name)
+    while chars > 1 and text_size_pt(elide(name, chars) + suffix, size_pt, bold)[0] > width_pt:
+        chars -= 1
+    return elide(name, chars) + suffix
+
+
 def title_room_pt(size_pt: float, *, bold: bool = False, pad_pt: float = 0.0) -> float:
     """The room above the axes for a one-line title of this size ``pad_pt`` above them (edge included)."""
     return EDGE_PT + text_size_pt("lp", size_pt, bold)[1] + pad_pt + _SLACK_PT
