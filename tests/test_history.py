@@ -364,3 +364,33 @@ def test_a_slow_drift_over_the_commits_is_a_trend_in_every_report(tmp_path):
     assert (trend["from_commit"], trend["to_commit"], trend["commits"]) == (COMMIT.format(0), COMMIT.format(11), 12)
     assert 18 < trend["total_pct"] < 27 and 1.5 < trend["per_commit_pct"] < 2.5
     assert "### Trends" in Path("h.md").read_text() and "0 change points, 1 trend" in cli_in_process("history", "s").stdout
+
+
+def test_a_plot_of_a_long_test_name_keeps_it_inside_and_says_simulated(tmp_path, monkeypatch):
+    """A test's name wider than its plot (a long parameter id): its middle is elided and "(simulated)"
+    stays whole, inside the figure (the title was cut off at both edges)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from pytest_gpuenergy.history import plots
+    from pytest_gpuenergy.history.report import analyse
+    from pytest_gpuenergy.history.series import read_history
+    from pytest_gpuenergy.reports.svg import rc_context
+
+    workload = "a-very-long-workload-name-that-goes-on-and-on-and-on-with-its-parameters-x"
+    store = RunStore(tmp_path / "s")
+    for i in range(6):
+        store.save(make_doc(seed=i, minutes=10 * i, commit={"id": COMMIT.format(i), "branch": "main", "dirty": False},
+                            workloads=[workload], scale={workload: 1.3 if i >= 3 else 1.0}, caps_w=(300.0,), noise=0.01))
+    figures = []
+    original = plots.figure_svg
+    monkeypatch.setattr(plots, "figure_svg", lambda fig, *a, **k: (figures.append(fig), original(fig, *a, **k))[1])
+    plots.html_report(analyse(read_history(tmp_path / "s")))
+    assert len(figures) == 1, "the step is a change point: its series is plotted"
+    (fig,) = figures
+    title = fig.texts[0]
+    assert title.get_text().endswith(" (simulated)") and "…" in title.get_text(), title.get_text()
+    with rc_context():
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = title.get_window_extent(canvas.get_renderer())
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, (box, fig.bbox)
