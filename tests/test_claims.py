@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuenergy.gpu.claims import claim_gpus, in_order
+from pytest_gpuenergy.gpu.claims import Claim, claim_gpus, in_order
 from pytest_gpuenergy.gpu.device import Backend
 
 from helpers import CHILD_PYTEST_ADDOPTS
@@ -35,8 +35,8 @@ def test_a_second_session_takes_the_free_gpus_and_says_who_holds_the_others(back
         assert [g.index for g in second.order] == [2, 3, 0, 1]          # its own first, then the busy ones
         assert set(second.busy) == {pool[0].uuid, pool[1].uuid}
         assert all(holder.startswith(f"pid {os.getpid()}") for holder in second.busy.values())   # the kernel's word
-        assert second.describe().startswith("took GPU(s) 2, 3, free ones first (claimed by another session: "
-                                            f"GPU 0 by pid {os.getpid()}")
+        holder = second.busy[pool[0].uuid]      # one session holds both: named once
+        assert second.describe() == f"took GPU(s) 2, 3, free ones first (claimed by another session: GPUs 0, 1 by {holder})"
     finally:
         first.release()
         second.release()
@@ -49,11 +49,20 @@ def test_with_every_gpu_claimed_a_session_shares_and_says_its_tests_take_turns(b
     try:
         late = claim_gpus(backend.lock_folder, pool, 2)
         assert [g.index for g in late.taken] == [0, 1] and len(late.busy) == 4
-        assert "shared: every selected GPU is claimed by another session" in late.describe()
+        assert "shared: every selected GPU is claimed by another session (GPUs 0, 1, 2, 3 by pid" in late.describe()
         assert late.describe().endswith("tests wait for each GPU's lock in turn")
         late.release()
     finally:
         everything.release()
+
+
+@pytest.mark.sim_gpus(FOUR)
+def test_the_header_names_each_other_session_once_with_its_gpus(backend: Backend):
+    pool = backend.all_gpus
+    busy = {pool[0].uuid: "pid 11 (ana: pytest -n 2)", pool[1].uuid: "pid 22 (bo: pytest)", pool[3].uuid: "pid 11 (ana: pytest -n 2)"}
+    claim = Claim([pool[2], pool[0], pool[1], pool[3]], [pool[2]], busy, [])
+    assert claim.describe() == ("took GPU(s) 2, free ones first (claimed by another session: "
+                                "GPUs 0, 3 by pid 11 (ana: pytest -n 2); GPU 1 by pid 22 (bo: pytest))")
 
 
 @pytest.mark.sim_gpus(FOUR)
@@ -112,7 +121,7 @@ def test_two_sessions_with_two_workers_each_spread_over_a_four_gpu_node(pytester
     assert first.returncode == 0, first_out
     assert second.returncode == 0, second_out
     assert "this session took GPU(s) 0, 1" in first_out
-    assert "this session took GPU(s) 2, 3, free ones first (claimed by another session: GPU 0 by pid" in second_out
+    assert "this session took GPU(s) 2, 3, free ones first (claimed by another session: GPUs 0, 1 by pid" in second_out
 
     def gpus_used(name: str) -> set[int]:
         report = json.loads((pytester.path / f"{name}.json").read_text())

@@ -48,8 +48,11 @@ class Claim:
         took = ", ".join(str(g.index) for g in self.taken)
         if not self.busy:
             return f"took GPU(s) {took}"
-        others = [g for g in self.order if g.uuid in self.busy]
-        held = "; ".join(f"GPU {g.index} by {self.busy[g.uuid]}" for g in others)
+        by_holder: dict[str, list[str]] = {}       # one session holds its GPUs together: named once
+        for gpu in (g for g in self.order if g.uuid in self.busy):
+            by_holder.setdefault(self.busy[gpu.uuid], []).append(str(gpu.index))
+        held = "; ".join(f"GPU{'s' if len(indices) > 1 else ''} {', '.join(indices)} by {holder}"
+                         for holder, indices in by_holder.items())
         if all(g.uuid in self.busy for g in self.taken):
             return (f"took GPU(s) {took}, shared: every selected GPU is claimed by another session ({held}); "
                     f"tests wait for each GPU's lock in turn")
