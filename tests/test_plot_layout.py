@@ -57,6 +57,7 @@ def layout(fig: Any) -> tuple[list[Any], list[Any], Any]:
         texts = [*fig.texts, *(t for legend in fig.legends for t in legend.get_texts())]
         for ax in fig.axes:
             texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *drawn_tick_labels(ax.xaxis), *drawn_tick_labels(ax.yaxis)]
+            texts += [t for legend in [ax.get_legend()] if legend is not None for t in legend.get_texts()]
         boxes = [t.get_window_extent(renderer) for t in texts if t.get_visible() and t.get_text().strip()]
     return boxes, [ax.get_window_extent(renderer) for ax in fig.axes], fig.bbox
 
@@ -177,6 +178,33 @@ def test_the_check_sees_a_label_cut_off_and_a_legend_on_the_labels(drawn):
         check_placed(pareto)
 
 
+def test_the_plots_left_to_constrained_layout_keep_every_text_inside(drawn):
+    """The heatmap (18 workloads at 7 caps), a phase plot with a phase the fit could not tell apart, and
+    the legend keep matplotlib's constrained layout: their labels, cells' numbers and legends fit."""
+    from pytest_gpuenergy.meter.results import PhaseFigures
+    from pytest_gpuenergy.reports.sweep import sweeps as all_sweeps
+
+    workloads = [f"{n}-{m}" for n in ("alexnet", "autoenc", "deepq", "memnet", "residual", "seq2seq", "speech",
+                                      "transformer", "vgg") for m in ("train", "infer")]
+    doc = make_doc(seed=1, workloads=workloads, caps_w=CAPS_7, percent=True, test="t.py::test_energy")
+    found = all_sweeps(doc)
+    caps = [p.cap for p in found[0].points]
+    plots.heatmap_svg([(s.workload, s.points) for s in found], caps, title="ETS", outlined=set(), hatched=set())
+    phases = {name: PhaseFigures(ets, 0.9 * ets, 1.1 * ets, 0.01, ets / 0.01, share, share, told, "")
+              for name, ets, share, told in (("forward", 4.0, 0.3, True), ("backward", 6.0, 0.5, True),
+                                              ("optimizer-update", 2.0, 0.2, False))}
+    plots.phase_shares_svg("transformer-train [60%]", phases, simulated=True, element_id="f")
+    plots.legend_svg(True)
+    assert len(drawn) == 3
+    for fig in drawn:
+        texts, _, figure = layout(fig)
+        with_cells = texts + [t.get_window_extent() for ax in fig.axes for t in ax.texts]
+        assert len(with_cells) >= 5
+        for box in with_cells:
+            assert figure.x0 - 0.5 <= box.x0 and box.x1 <= figure.x1 + 0.5 and figure.y0 - 0.5 <= box.y0 \
+                and box.y1 <= figure.y1 + 0.5, ("cut off", box, figure)
+
+
 LONG_NAME = "test_checkout_flow_retries_an_expired_card_and_emails_the_customer[visa-3ds]"
 
 
@@ -210,3 +238,44 @@ def test_a_name_that_fits_is_left_whole(drawn):
     plots.pareto_svg("alexnet-train", [(MODELS[0], sweep)], element_id="p")
     swept, pareto = drawn
     assert swept.texts[0].get_text() == "alexnet-train (simulated)" and pareto.axes[0].get_title() == "alexnet-train"
+
+
+def test_a_figure_becomes_one_inline_svg_with_ids_of_its_own_a_name_and_its_own_width():
+    """``figure_svg``: no XML prologue, metadata or stylesheet; every id prefixed, unique in the page, and
+    every reference to one pointing into the same plot (matplotlib numbers its ids alike in every
+    figure); the root named by its title for screen readers; as wide as the figure at most (in CSS px:
+    96 to the inch), or exactly that wide where ``fixed``."""
+    import re
+
+    from pytest_gpuenergy.reports.svg import figure_svg, new_figure, rc_context
+
+    def drawn(**kwargs: Any) -> str:
+        with rc_context():
+            fig = new_figure(3.0, 2.0)
+            ax = fig.add_subplot()
+            ax.plot([0, 1, 2], [1, 3, 2], marker="o")          # markers are <use> references to a <defs> path
+            ax.set_title("work & rest")
+        return figure_svg(fig, "a <plot> & its label", **kwargs)
+
+    first, second = drawn(element_id="sweep-1"), drawn(fixed=True, css_class="plot heatmap")
+    for page in (first, second):
+        assert page.startswith("<svg ") and page.endswith("</svg>") and page.count("<svg") == 1
+        assert "<?xml" not in page and "<metadata" not in page and "<style" not in page and "<!DOCTYPE" not in page
+        assert not re.search(r">\s+<", page)
+        ids = re.findall(r'\bid="([^"]+)"', page)
+        own = [i for i in ids if i != "sweep-1"]
+        assert len(own) > 3 and all(i.startswith(own[0].split("-")[0] + "-") for i in own), own
+        references = re.findall(r'(?:xlink:href|href)="#([^"]+)"|url\(#([^)]+)\)', page)
+        assert references, "matplotlib's markers and clips are references"
+        for found in (ref for pair in references for ref in pair if ref):
+            assert found in ids, found
+    first_ids = set(re.findall(r'\bid="([^"]+)"', first)) - {"sweep-1"}
+    second_ids = set(re.findall(r'\bid="([^"]+)"', second))
+    assert first_ids and second_ids and not first_ids & second_ids, "ids shared between two plots of one page"
+    title_id = re.search(r'aria-labelledby="([^"]+)"', first).group(1)
+    assert f'<title id="{title_id}">a &lt;plot&gt; &amp; its label</title>' in first
+    assert re.match(r'<svg class="plot" role="img" aria-labelledby="[^"]+" id="sweep-1" viewBox="0 0 216 144" '
+                    r'style="max-width:288px" preserveAspectRatio="xMidYMid meet"><title', first), first[:200]
+    assert re.match(r'<svg class="plot heatmap" role="img" aria-labelledby="[^"]+" viewBox="0 0 216 144" '
+                    r'style="width:288px;max-width:none"', second), second[:200]
+    assert "work &amp; rest" in first         # the plot's own text, real text (svg.fonttype none)
