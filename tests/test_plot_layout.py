@@ -226,6 +226,14 @@ def test_a_long_test_name_is_elided_in_its_middle_and_simulated_is_never_cut_off
         name = title.removesuffix(" (simulated)")
         head, tail = name.split("…")
         assert LONG_NAME.startswith(head) and LONG_NAME.endswith(tail) and len(head) >= 10 and len(tail) >= 10, title
+    # as long as fits: one character more would not (the sweep's title: bold 9.5 pt over 3.6 in less the edges)
+    from pytest_gpuenergy.reports.numbers import elide
+    from pytest_gpuenergy.reports.svg import EDGE_PT, rc_context, text_size_pt
+
+    with rc_context():
+        shown = titles[0].removesuffix(" (simulated)")
+        longer = elide(LONG_NAME, len(shown) + 1) + " (simulated)"
+        assert text_size_pt(longer, 9.5, True)[0] > 3.6 * 72 - 2 * EDGE_PT >= text_size_pt(titles[0], 9.5, True)[0]
     check_placed(swept)
     check_placed(pareto)
     texts, _, figure = layout(phased)
@@ -262,6 +270,11 @@ def test_a_figure_becomes_one_inline_svg_with_ids_of_its_own_a_name_and_its_own_
         assert page.startswith("<svg ") and page.endswith("</svg>") and page.count("<svg") == 1
         assert "<?xml" not in page and "<metadata" not in page and "<style" not in page and "<!DOCTYPE" not in page
         assert not re.search(r">\s+<", page)
+        # its only character data is the title's and the plot's own text (nothing left of what was cut)
+        bare = re.sub(r"<(text|title)\b[^>]*>.*?</\1>", "", page, flags=re.S)
+        assert not re.sub(r"<[^>]+>", "", bare).strip(), re.sub(r"<[^>]+>", "", bare)[:200]
+        # colours are not references: white and the line's own blue are left as they are
+        assert "#ffffff" in page and "#1f77b4" in page and "-ffffff" not in page
         ids = re.findall(r'\bid="([^"]+)"', page)
         own = [i for i in ids if i != "sweep-1"]
         assert len(own) > 3 and all(i.startswith(own[0].split("-")[0] + "-") for i in own), own

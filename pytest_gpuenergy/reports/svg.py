@@ -98,24 +98,20 @@ def place_axes(fig: Any, axes: Sequence[Any], *, top_pt: float, below_pt: float 
 
     width_pt, height_pt = (float(v) * 72.0 for v in fig.get_size_inches())
     lowest = axes[-1]
-    bottom_pt = below_pt + EDGE_PT + _axis_room_pt(lowest.xaxis, "xtick") + _SLACK_PT
+    bottom_pt = below_pt + EDGE_PT + _axis_room_pt(lowest.xaxis) + _SLACK_PT
     rows = len(axes)
     axes_height_pt = (height_pt - top_pt - bottom_pt - gap_pt * (rows - 1)) / rows
-    adjust = {"top": 1 - top_pt / height_pt, "bottom": bottom_pt / height_pt, "hspace": gap_pt / axes_height_pt}
-    fig.subplots_adjust(left=0.2, right=0.95, **adjust)       # the heights first: the y ticks depend on them
-    tick_pt = matplotlib.rcParams["ytick.labelsize"]
+    fig.subplots_adjust(top=1 - top_pt / height_pt, bottom=bottom_pt / height_pt, hspace=gap_pt / axes_height_pt)
+    tick_pt = matplotlib.rcParams["ytick.labelsize"]      # (the y ticks follow from the heights just set)
     widest_pt = max((text_size_pt(label, tick_pt)[0] for ax in axes for _, label in _tick_labels(ax.yaxis, ax.get_ylim())),
                     default=0.0)
-    left_pt = EDGE_PT + _axis_room_pt(axes[0].yaxis, "ytick") + widest_pt + _SLACK_PT
-    right_pt = EDGE_PT
-    for _ in range(2):                                          # the x ticks depend on the width they get
-        fig.subplots_adjust(left=left_pt / width_pt, right=1 - right_pt / width_pt, **adjust)
-        reach_pt = _x_reach_pt(lowest, width_pt * (1 - (left_pt + right_pt) / width_pt))
-        right_pt = EDGE_PT + max(0.0, reach_pt)
-    fig.subplots_adjust(left=left_pt / width_pt, right=1 - right_pt / width_pt, **adjust)
+    left_pt = EDGE_PT + _axis_room_pt(axes[0].yaxis) + widest_pt + _SLACK_PT
+    fig.subplots_adjust(left=left_pt / width_pt, right=1 - EDGE_PT / width_pt)    # the x ticks follow from the width
+    reach_pt = _x_reach_pt(lowest, width_pt - left_pt - EDGE_PT)
+    fig.subplots_adjust(right=1 - (EDGE_PT + max(0.0, reach_pt)) / width_pt)
 
 
-def _axis_room_pt(axis: Any, rc_key: str) -> float:
+def _axis_room_pt(axis: Any) -> float:
     """An axis's label, its pad, and its ticks' length and pad; an x axis' also its labels' height (a y
     axis' labels' width is the caller's)."""
     import matplotlib
@@ -123,7 +119,7 @@ def _axis_room_pt(axis: Any, rc_key: str) -> float:
     rc = matplotlib.rcParams
     label = axis.label.get_text()
     label_pt = text_size_pt(label, float(axis.label.get_fontsize()))[1] + axis.labelpad if label else 0.0
-    if rc_key == "xtick":
+    if axis.axis_name == "x":
         return label_pt + rc["xtick.major.size"] + rc["xtick.major.pad"] + text_size_pt("lp", rc["xtick.labelsize"])[1]
     return label_pt + rc["ytick.major.size"] + rc["ytick.major.pad"]
 
@@ -159,10 +155,10 @@ def figure_svg(fig: Any, label: str, *, element_id: str | None = None, css_class
     shrunk to a phone's width its numbers would be too small to read)."""
     buffer = io.StringIO()
     with rc_context():
+        # no <metadata> (its date would make the same data a different page), and no stylesheet
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     text = re.sub(r"<style[^>]*>.*?</style>", "", text, flags=re.S)
     prefix = f"g{next(_COUNTER)}-"
     text = _prefix_ids(text, prefix)
