@@ -131,10 +131,29 @@ def test_a_sweep_plot_places_its_labels_inside_clear_and_as_tight_as_constrained
     sweep = scaled_sweep(scale)
     plots.sweep_svg(sweep, {}, sweep, name="alexnet-train", element_id="s")
     (fig,) = drawn
-    placed, placed_gaps = check_placed(fig), gaps_pt(fig)
+    placed, placed_gaps, above = check_placed(fig), gaps_pt(fig), title_gaps_pt(fig)
     constrained = constrained_margins_pt(fig)
-    assert len(placed_gaps) == 2 and min(placed_gaps) >= max(gaps_pt(fig)) - 1.0, (placed_gaps, gaps_pt(fig))
+    assert len(placed_gaps) == 2 and all(max(gaps_pt(fig)) - 1.0 <= gap <= min(gaps_pt(fig)) + 2.0 for gap in placed_gaps), (
+        placed_gaps, gaps_pt(fig))
     assert_as_tight(placed, constrained)
+    assert all(0.0 <= gap <= 5.0 for gap in above), above       # the title: at the top, just above the axes
+
+
+def title_gaps_pt(fig: Any) -> tuple[float, float]:
+    """The room above the title (the figure's, else the top axes') and between it and the axes below, in pt."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from pytest_gpuenergy.reports.svg import rc_context
+
+    with rc_context():
+        canvas = FigureCanvasAgg(fig)
+        fig.set_dpi(72)                      # a pixel is a point
+        canvas.draw()
+        top_axes = max(fig.axes, key=lambda ax: ax.get_position().y1)
+        title = fig.texts[0] if fig.texts else top_axes.title
+        box = title.get_window_extent(canvas.get_renderer())
+        axes_top = top_axes.get_window_extent(canvas.get_renderer()).y1
+    return fig.bbox.y1 - box.y1, box.y0 - axes_top
 
 
 @pytest.mark.parametrize("models", [1, 2, 3])
@@ -146,10 +165,25 @@ def test_a_pareto_plot_keeps_its_labels_and_its_models_legend_inside_and_clear(d
     placed = check_placed(fig)
     legends = fig.legends
     assert len(legends) == (1 if models > 1 else 0)
+    assert all(0.0 <= gap <= 9.0 for gap in title_gaps_pt(fig)), title_gaps_pt(fig)    # (9: the title's own pad, 6 pt)
     if legends:
         assert [t.get_text() for t in legends[0].get_texts()] == list(MODELS[:models])
     else:       # (constrained layout does not make room for a legend placed in the figure's margin)
         assert_as_tight(placed, constrained_margins_pt(fig))
+
+
+def test_axes_without_labels_get_no_room_for_them(drawn):
+    """``place_axes`` on a plot whose axes have no label: the margins hold the tick labels only, as
+    constrained layout's do."""
+    from pytest_gpuenergy.reports.svg import EDGE_PT, figure_svg, new_figure, place_axes, rc_context
+
+    with rc_context():
+        fig = new_figure(3.0, 2.0, placed=True)
+        ax = fig.add_subplot()
+        ax.plot([1.0, 2.0, 3.0], [10.0, 30.0, 20.0])
+        place_axes(fig, [ax], top_pt=EDGE_PT)
+    figure_svg(fig, "unlabelled")
+    assert_as_tight(check_placed(fig), constrained_margins_pt(fig))
 
 
 @pytest.mark.parametrize(("fastest_s", "slowest_s"), [(0.5, 0.95), (0.25, 0.5), (0.15, 0.4), (0.3, 1.2), (0.35, 0.8)])
