@@ -252,8 +252,9 @@ def test_a_long_test_name_is_elided_in_its_middle_and_simulated_is_never_cut_off
     from pytest_gpuenergy.meter.results import PhaseFigures
 
     sweep = scaled_sweep(7.0, name=LONG_NAME)
-    plots.sweep_svg(sweep, {}, None, name=LONG_NAME, element_id="s")
-    plots.pareto_svg(LONG_NAME, [(MODELS[0], sweep)], element_id="p")
+    pages = [plots.sweep_svg(sweep, {}, None, name=LONG_NAME, element_id="s"),
+             plots.pareto_svg(LONG_NAME, [(MODELS[0], sweep)], element_id="p")]
+    assert all(f">{LONG_NAME}" in page.split("</title>")[0] for page in pages)    # the accessible name: whole
     phases = {name: PhaseFigures(ets, 0.9 * ets, 1.1 * ets, 0.01, ets / 0.01, share, share, True, "")
               for name, ets, share in (("forward", 4.0, 0.4), ("backward", 6.0, 0.6))}
     plots.phase_shares_svg(LONG_NAME, phases, simulated=True, element_id="f")
