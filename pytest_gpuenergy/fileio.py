@@ -114,6 +114,23 @@ def _link_new(dir_fd: int, tmp_name: str, name: str) -> None:
         raise
 
 
+def output_problem(path: Path) -> str | None:
+    """Why a report could not be written to ``path`` (None where it looks writable): asked before a
+    long run, so that a mistyped folder is said in a line at the start rather than after every test.
+    A folder in its place, or no folder to write it in: its nearest existing folder is not a folder or
+    not writable. (What only writing can find, a file someone else owns, is said when it is written.)"""
+    if path.is_dir():
+        return f"{path} is a folder; name a file"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable by you"
+    return None
+
+
 def _umask() -> int:
     """The process's umask, read without changing it where Linux says it (os.umask can only swap)."""
     with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:

@@ -177,6 +177,32 @@ def test_the_gate_refuses_a_report_target_that_is_not_a_file(pytester):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+@pytest.mark.parametrize(("option", "blocked", "problem"), [
+    ("--energy-html", "a-file/r.html", "{path}/a-file is not a folder"),
+    ("--energy-json", "a-folder", "{path}/a-folder is a folder; name a file"),
+    ("--energy-markdown", "a-file/deeper/r.md", "{path}/a-file is not a folder"),
+])
+def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_test(pytester, option, blocked, problem):
+    """Said at the start in one line, not after every test has run (the session's end can only fail)."""
+    (pytester.path / "a-file").write_text("")
+    (pytester.path / "a-folder").mkdir()
+    pytester.makepyfile(test_m="def test_m(energy_meter):\n    raise AssertionError('ran')\n")
+    result = pytester.runpytest(f"{option}={pytester.path / blocked}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {option}: cannot write {pytester.path / blocked}: "
+                                 f"{problem.format(path=pytester.path)}"])
+    assert "ran" not in result.stdout.str()
+
+
+def test_a_report_path_is_fine_where_its_folders_can_be_made(tmp_path, monkeypatch):
+    from pytest_gpuenergy.fileio import output_problem
+
+    assert output_problem(tmp_path / "new" / "deeper" / "r.html") is None        # made when written
+    assert output_problem(tmp_path / "r.html") is None
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)  # (root may write anywhere)
+    assert output_problem(tmp_path / "new" / "r.html") == f"{tmp_path} is not writable by you"
+
+
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_files_we_write_get_the_users_umask(tmp_path, umask, mode):
     old = os.umask(umask)

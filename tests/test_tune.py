@@ -16,7 +16,7 @@ from pytest_gpuenergy.sim.models import GPU_MODELS
 from pytest_gpuenergy.sim.roofline import GpuWork, run_step
 from pytest_gpuenergy.tune.search import best_setting, first_settings, next_setting
 
-from helpers import gpu_info
+from helpers import cli_in_process, gpu_info
 
 
 def search(curve: list[float], budget: int = 5) -> tuple[int, int]:
@@ -142,6 +142,7 @@ def test_gpuenergy_tune_finds_the_optimum_in_ordinary_runs(tmp_path):
     docs = RunStore(tmp_path / ".energy-tune").runs()
     assert docs and all(d.simulated for d in docs)       # ordinary run documents
     assert "<svg" in (tmp_path / "tune.html").read_text()
+    assert "wrote out.json\nwrote tune.html\n" in done.stderr          # as compare and history say it
     assert gpu_info()[0]["current_limit_w"] == 700.0
 
 
@@ -151,6 +152,19 @@ def test_gpuenergy_tune_with_nothing_to_tune_is_a_one_line_error(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "gpuenergy tune: error: no measured case came back" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--html", "--json"])
+def test_a_report_tune_cannot_write_is_said_before_any_session(tmp_path, monkeypatch, flag):
+    """A mistyped report path is a one-line error at the start, not a traceback after every session."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "test_w.py").write_text(TUNED)
+    target = tmp_path / "a-file" / "report"
+    done = cli_in_process("tune", "test_w.py", "--gpu-backend=sim", flag, str(target), check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"gpuenergy tune: error: {flag}: cannot write {target}: {tmp_path / 'a-file'} is not a folder\n"
+    assert not (tmp_path / ".energy-tune").exists()                # no session ran
 
 
 def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id():

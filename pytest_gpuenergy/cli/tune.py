@@ -19,9 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fileio import atomic_write_text
+from ..fileio import output_problem
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from ..tune.defaults import DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE, KNOBS, OBJECTIVES
+from .compare import write_output
 
 if TYPE_CHECKING:
     from ..tune.runner import ModelTuning
@@ -119,6 +120,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpuenergy tune: error: {exc}", file=sys.stderr)
         return 2
+    for flag, target in (("--json", args.json), ("--html", args.html)):
+        problem = output_problem(Path(target)) if target and target != "-" else None
+        if problem is not None:      # said now, not after the sessions
+            print(f"gpuenergy tune: error: {flag}: cannot write {target}: {problem}", file=sys.stderr)
+            return 2
     from ..gpu.device import open_backend
     from ..tune.runner import TuneOptions, models_to_tune, tune_model
 
@@ -140,17 +146,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"\n{tuning.gpu_model} (GPU {tuning.gpu_index}): {options.knob}, {tuning.grid.range_text()}, "
               f"{tuning.sessions} pytest sessions, run documents in {options.storage}")
         print_table([r for r in rows if r["gpu_model"] == tuning.gpu_model])
-    if args.json:
-        text = json.dumps(rows, indent=2) + "\n"
-        sys.stdout.write(text) if args.json == "-" else atomic_write_text(Path(args.json), text)
+    status = write_output("tune", args.json, json.dumps(rows, indent=2) + "\n", sys.stdout, sys.stderr) if args.json else 0
     if args.html:
         docs = [merged_document(t) for t in results if t.documents]
         if options.knob != "power":
             print("gpuenergy tune: the HTML report plots power caps; the clock settings are in the table and JSON",
                   file=sys.stderr)
         from ..reports.html import html_report  # (the writers: only when a report is asked for)
-        atomic_write_text(Path(args.html), html_report(docs, title="gpuenergy tune"))
-    return 0
+        status = write_output("tune", args.html, html_report(docs, title="gpuenergy tune"), sys.stdout, sys.stderr) or status
+    return status
 
 
 def merged_document(tuning: ModelTuning):

@@ -288,7 +288,14 @@ def resolve_gate_options(config: pytest.Config) -> GateOptions:
 
     def report(name: str) -> Path | None:
         value = setting(config, name)
-        return Path(value) if value else None
+        if not value:
+            return None
+        from ..fileio import output_problem  # (a session that writes no report imports no file helpers)
+
+        problem = output_problem(Path(value))
+        if problem is not None:
+            raise pytest.UsageError(f"--{name.replace('_', '-')}: cannot write {value}: {problem}")
+        return Path(value)
 
     return GateOptions(
         storage=storage if storage.is_absolute() else config.rootpath / storage,
