@@ -109,6 +109,10 @@ def test_the_gates_options_stay_on_the_driver_and_the_rest_goes_to_the_tasks(tmp
                          (["--energy-confidence=2"], "is not a confidence level")):
         with pytest.raises(FleetUsageError, match=message):
             split_pytest_args(bad, tmp_path)
+    (tmp_path / "a-file").write_text("")          # a report the driver could not write: said before any task
+    with pytest.raises(FleetUsageError, match=f"--energy-html: cannot write {tmp_path}/a-file/r.html: "
+                                              f"{tmp_path}/a-file is not a folder"):
+        split_pytest_args(["s", "--energy-html=a-file/r.html"], tmp_path)
 
 
 def test_a_simulated_task_gets_its_models_gpus_and_no_step_summary_of_its_own(tmp_path):

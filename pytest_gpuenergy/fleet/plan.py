@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FleetUsageError
+from ..fileio import output_problem
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..runs import DEFAULT_STORAGE, LATEST
 from ..sim.models import parse_model_list
@@ -326,7 +327,15 @@ def _gate(values: dict[str, Any], cwd: Path) -> FleetGate:
     def path(key: str) -> Path | None:
         return (cwd / values[key]) if key in values else None
 
+    def report(key: str) -> Path | None:
+        """A report's path, checked before the fleet starts (said after it, every task's time was lost)."""
+        found = path(key)
+        problem = output_problem(found) if found is not None else None
+        if problem is not None:
+            raise FleetUsageError(f"--energy-{key}: cannot write {found}: {problem}")
+        return found
+
     return FleetGate(
         storage=path("storage") or cwd / DEFAULT_STORAGE, save=bool(values.get("save")), compare=compare,
-        thresholds=thresholds, confidence=confidence, markdown=path("markdown"), html=path("html"), json=path("json"),
+        thresholds=thresholds, confidence=confidence, markdown=report("markdown"), html=report("html"), json=report("json"),
     )
