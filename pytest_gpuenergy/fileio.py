@@ -121,7 +121,12 @@ def output_problem(path: Path) -> str | None:
     not writable. (What only writing can find, a file someone else owns, is said when it is written.)"""
     if path.is_dir():
         return f"{path} is a folder; name a file"
-    folder = path.parent
+    return folder_problem(path.parent)
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why files could not be written into ``folder`` (made if missing; None where it looks writable):
+    its nearest existing folder is not a folder, or not writable."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():

@@ -113,6 +113,9 @@ def test_the_gates_options_stay_on_the_driver_and_the_rest_goes_to_the_tasks(tmp
     with pytest.raises(FleetUsageError, match=f"--energy-html: cannot write {tmp_path}/a-file/r.html: "
                                               f"{tmp_path}/a-file is not a folder"):
         split_pytest_args(["s", "--energy-html=a-file/r.html"], tmp_path)
+    with pytest.raises(FleetUsageError, match=f"--energy-save: cannot save runs in {tmp_path}/a-file: "):
+        split_pytest_args(["s", "--energy-save", "--energy-storage=a-file"], tmp_path)
+    assert split_pytest_args(["s", "--energy-storage=a-file"], tmp_path)[0].storage == tmp_path / "a-file"   # no save
 
 
 def test_a_simulated_task_gets_its_models_gpus_and_no_step_summary_of_its_own(tmp_path):

@@ -194,6 +194,16 @@ def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_test(p
     assert "ran" not in result.stdout.str()
 
 
+def test_saving_into_a_storage_that_is_a_file_is_a_usage_error_before_any_test(pytester):
+    (pytester.path / "a-file").write_text("")
+    pytester.makepyfile(test_m="def test_m(energy_meter):\n    raise AssertionError('ran')\n")
+    result = pytester.runpytest("--energy-save", "--energy-storage=a-file/runs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "ran" not in result.stdout.str()
+    result.stderr.fnmatch_lines([f"ERROR: --energy-save: cannot save runs in {pytester.path / 'a-file' / 'runs'}: "
+                                 f"{pytester.path / 'a-file'} is not a folder; give a folder with --energy-storage"])
+    pytester.runpytest("--energy-storage=a-file/runs").assert_outcomes(failed=1)    # not saving: nothing to check
+
+
 def test_a_report_path_is_fine_where_its_folders_can_be_made(tmp_path, monkeypatch):
     from pytest_gpuenergy.fileio import output_problem
 

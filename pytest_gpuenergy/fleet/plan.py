@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FleetUsageError
-from ..fileio import output_problem
+from ..fileio import folder_problem, output_problem
 from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
 from ..runs import DEFAULT_STORAGE, LATEST
 from ..sim.models import parse_model_list
@@ -335,7 +335,11 @@ def _gate(values: dict[str, Any], cwd: Path) -> FleetGate:
             raise FleetUsageError(f"--energy-{key}: cannot write {found}: {problem}")
         return found
 
+    storage, save = path("storage") or cwd / DEFAULT_STORAGE, bool(values.get("save"))
+    problem = folder_problem(storage) if save else None
+    if problem is not None:
+        raise FleetUsageError(f"--energy-save: cannot save runs in {storage}: {problem}; give a folder with --energy-storage")
     return FleetGate(
-        storage=path("storage") or cwd / DEFAULT_STORAGE, save=bool(values.get("save")), compare=compare,
+        storage=storage, save=save, compare=compare,
         thresholds=thresholds, confidence=confidence, markdown=report("markdown"), html=report("html"), json=report("json"),
     )

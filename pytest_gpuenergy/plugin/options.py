@@ -297,9 +297,18 @@ def resolve_gate_options(config: pytest.Config) -> GateOptions:
             raise pytest.UsageError(f"--{name.replace('_', '-')}: cannot write {value}: {problem}")
         return Path(value)
 
+    storage = storage if storage.is_absolute() else config.rootpath / storage
+    save = bool(setting(config, "energy_save"))
+    if save:
+        from ..fileio import folder_problem
+
+        problem = folder_problem(storage)
+        if problem is not None:      # said now: at the session's end the run's results would be lost
+            raise pytest.UsageError(f"--energy-save: cannot save runs in {storage}: {problem}; give a folder "
+                                    f"with --energy-storage")
     return GateOptions(
-        storage=storage if storage.is_absolute() else config.rootpath / storage,
-        save=bool(setting(config, "energy_save")),
+        storage=storage,
+        save=save,
         compare=compare,
         thresholds=thresholds,
         confidence=_confidence_setting(config),
