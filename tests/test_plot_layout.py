@@ -235,12 +235,14 @@ def test_the_plots_left_to_constrained_layout_keep_every_text_inside(drawn):
     plots.legend_svg(True)
     assert len(drawn) == 3
     for fig in drawn:
-        texts, _, figure = layout(fig)
+        texts, areas, figure = layout(fig)
         with_cells = texts + [t.get_window_extent() for ax in fig.axes for t in ax.texts]
         assert len(with_cells) >= 5
         for box in with_cells:
             assert figure.x0 - 0.5 <= box.x0 and box.x1 <= figure.x1 + 0.5 and figure.y0 - 0.5 <= box.y0 \
                 and box.y1 <= figure.y1 + 0.5, ("cut off", box, figure)
+        for title in fig.texts:          # the phase plot's title: above its axes, not on them
+            assert all(overlap_px(title.get_window_extent(), area) <= 0.5 for area in areas), title.get_text()
 
 
 LONG_NAME = "test_checkout_flow_retries_an_expired_card_and_emails_the_customer[visa-3ds]"

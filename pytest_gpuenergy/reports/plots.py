@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .svg import EDGE_PT, figure_svg, fitted_title, new_figure, place_axes, rc_context, title_room_pt
+from .svg import EDGE_PT, figure_svg, figure_title, fitted_title, new_figure, place_axes, rc_context, title_room_pt
 from .sweep import Optimum, Sweep, SweepPoint
 
 if TYPE_CHECKING:
@@ -58,8 +58,7 @@ def sweep_svg(sweep: Sweep, optima: dict[str, Optimum | None], baseline: Sweep |
         axes[-1].set_xlabel("enforced power limit")
         axes[-1].xaxis.set_major_formatter(_eng("W"))
         sim = " (simulated)" if sweep.simulated else ""
-        fig.suptitle(fitted_title(name, sim, 9.5, 3.6 * 72 - 2 * EDGE_PT, bold=True), fontsize=9.5, fontweight="bold",
-                     y=1 - EDGE_PT / (4.6 * 72), va="top")
+        figure_title(fig, name, sim, 9.5, bold=True)
         place_axes(fig, axes, top_pt=title_room_pt(9.5, bold=True, pad_pt=EDGE_PT), gap_pt=9.5)
     return figure_svg(fig, _sweep_label(sweep, optima, name), element_id=element_id)
 
@@ -211,8 +210,7 @@ def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: st
         # Several models: their legend goes under the plot (full model names are wider than the plot
         # beside it), and the figure grows by a line per model to hold it.
         legend_pt = 0.2 * 72 * len(series) if len(series) > 1 else 0.0
-        height_in = 2.3 + legend_pt / 72
-        fig = new_figure(2.6, height_in, placed=True)
+        fig = new_figure(2.6, 2.3 + legend_pt / 72, placed=True)
         ax = fig.add_subplot()
         for index, (model, sweep) in enumerate(series):
             colour = MODEL_COLOURS[index % len(MODEL_COLOURS)]
@@ -234,11 +232,11 @@ def pareto_svg(name: str, series: Sequence[tuple[str, Sweep]], *, element_id: st
         ax.grid(True, color="#e6e6e6", linewidth=0.6)
         if len(series) > 1:
             fig.legend(*ax.get_legend_handles_labels(), loc="lower center", frameon=False, fontsize=6.5,
-                       bbox_to_anchor=(0.5, EDGE_PT / (height_in * 72)), bbox_transform=fig.transFigure)
+                       bbox_to_anchor=(0.5, EDGE_PT / (fig.get_figheight() * 72)), bbox_transform=fig.transFigure)
         place_axes(fig, [ax], top_pt=title_room_pt(8.5, pad_pt=matplotlib.rcParams["axes.titlepad"]), below_pt=legend_pt)
-        box = ax.get_position()       # the title is centred on the axes: as wide as fits either side of its centre
-        centre_pt = (box.x0 + box.x1) / 2 * 2.6 * 72
-        ax.set_title(fitted_title(name, "", 8.5, 2 * min(centre_pt, 2.6 * 72 - centre_pt) - 2 * EDGE_PT), fontsize=8.5)
+        box, width_pt = ax.get_position(), fig.get_figwidth() * 72
+        centre_pt = (box.x0 + box.x1) / 2 * width_pt     # the title is centred on the axes: as wide as fits either side
+        ax.set_title(fitted_title(name, "", 8.5, 2 * min(centre_pt, width_pt - centre_pt) - 2 * EDGE_PT), fontsize=8.5)
     models = ", ".join(model for model, _ in series)
     return figure_svg(fig, f"{name}: ETS against T across the caps on {models}; filled: caps no other beats in both; "
                            f"star: the default limit", element_id=element_id, css_class="plot pareto")
@@ -297,8 +295,7 @@ def phase_shares_svg(name: str, phases: Mapping[str, PhaseFigures], *, simulated
         ax.grid(True, axis="x", color="#e6e6e6", linewidth=0.6)
         ax.set_axisbelow(True)
         fig.legend(loc="outside lower center", ncol=2, frameon=False, fontsize=7.5)
-        fig.suptitle(fitted_title(name, " (simulated)" if simulated else "", 8.5, 3.6 * 72 - 2 * EDGE_PT, bold=True),
-                     fontsize=8.5, fontweight="bold")
+        figure_title(fig, name, " (simulated)" if simulated else "", 8.5, bold=True)
     shares = "; ".join(f"{n} {t:.0f} % of the time, {e:.0f} % of the energy" for n, t, e in zip(names, times, energies))
     return figure_svg(fig, f"{name}{' (simulated)' if simulated else ''}: each phase's share of the energy beside its "
                            f"share of the time: {shares}", element_id=element_id, css_class="plot phases")
