@@ -167,6 +167,14 @@ def test_a_report_tune_cannot_write_is_said_before_any_session(tmp_path, monkeyp
     assert not (tmp_path / ".energy-tune").exists()                # no session ran
 
 
+def test_a_storage_tune_cannot_save_in_is_said_before_any_session(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_w.py").write_text(TUNED)
+    done = cli_in_process("tune", "test_w.py", "--gpu-backend=sim", "--storage", "test_w.py", check=False)
+    assert done.returncode == 2 and "session" not in done.stderr
+    assert done.stderr == "gpuenergy tune: error: --storage: cannot save runs in test_w.py: test_w.py is not a folder\n"
+
+
 def test_a_parametrised_node_id_is_selected_by_its_test_and_the_start_of_its_id():
     """tune appends its setting to every id ([alexnet-train-60%]): the id a user copied from a plain
     run ([alexnet-train]) would name no test, so it becomes the test and a -k on the id's start."""

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fileio import output_problem
+from ..fileio import folder_problem, output_problem
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from ..tune.defaults import DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE, KNOBS, OBJECTIVES
 from .compare import write_output
@@ -125,6 +125,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if problem is not None:      # said now, not after the sessions
             print(f"gpuenergy tune: error: {flag}: cannot write {target}: {problem}", file=sys.stderr)
             return 2
+    problem = folder_problem(Path(args.storage))
+    if problem is not None:          # (every session saves its run there)
+        print(f"gpuenergy tune: error: --storage: cannot save runs in {args.storage}: {problem}", file=sys.stderr)
+        return 2
     from ..gpu.device import open_backend
     from ..tune.runner import TuneOptions, models_to_tune, tune_model
 
