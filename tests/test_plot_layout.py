@@ -333,3 +333,17 @@ def test_a_figure_becomes_one_inline_svg_with_ids_of_its_own_a_name_and_its_own_
     assert re.match(r'<svg class="plot heatmap" role="img" aria-labelledby="[^"]+" viewBox="0 0 216 144" '
                     r'style="width:288px;max-width:none"', second), second[:200]
     assert "work &amp; rest" in first         # the plot's own text, real text (svg.fonttype none)
+
+
+def test_a_figure_title_is_bold_where_asked_and_at_the_top_edge_only_where_the_axes_are_placed():
+    from pytest_gpuenergy.reports.svg import EDGE_PT, figure_title, new_figure, rc_context
+
+    with rc_context():
+        placed, laid_out = new_figure(3.6, 4.6, placed=True), new_figure(3.6, 4.6)
+        figure_title(placed, "alexnet-train", " (simulated)", 9.5, bold=True)
+        figure_title(laid_out, "alexnet-train", "", 9.5)
+    first, second = placed.texts[0], laid_out.texts[0]
+    assert (first.get_text(), first.get_fontweight(), first.get_fontsize()) == ("alexnet-train (simulated)", "bold", 9.5)
+    assert first.get_position()[1] == pytest.approx(1 - EDGE_PT / (4.6 * 72)) and first.get_va() == "top"
+    assert (second.get_text(), second.get_fontweight()) == ("alexnet-train", "normal")
+    assert second.get_position()[1] == pytest.approx(0.98)       # matplotlib's own place, which its layout moves
