@@ -347,3 +347,57 @@ def test_a_figure_title_is_bold_where_asked_and_at_the_top_edge_only_where_the_a
     assert first.get_position()[1] == pytest.approx(1 - EDGE_PT / (4.6 * 72)) and first.get_va() == "top"
     assert (second.get_text(), second.get_fontweight()) == ("alexnet-train", "normal")
     assert second.get_position()[1] == pytest.approx(0.98)       # matplotlib's own place, which its layout moves
+
+
+def test_a_history_plot_places_its_rotated_commit_labels_inside_clear_and_as_tight(tmp_path, monkeypatch):
+    """The history page's plots (up to 60 a page) are placed too: their commit labels are rotated 45
+    degrees and end at their ticks, so they reach down by their width and left of the first tick."""
+    from pytest_gpuenergy.history import plots as history_plots
+    from pytest_gpuenergy.history.report import analyse
+    from pytest_gpuenergy.history.series import read_history
+    from pytest_gpuenergy.runs.store import RunStore
+
+    store = RunStore(tmp_path / "s")
+    shifted = {"alexnet-train": (6, 1.3), "transformer-infer-with-a-long-parameter-id-x": (9, 0.7)}
+    for i in range(14):
+        store.save(make_doc(seed=i, minutes=10 * i, commit={"id": f"{i + 1:040x}", "branch": "main", "dirty": False},
+                            workloads=list(shifted), caps_w=(300.0,), noise=0.01,
+                            scale={w: factor if i >= at else 1.0 for w, (at, factor) in shifted.items()}))
+    figures: list[Any] = []
+    original = history_plots.figure_svg
+    monkeypatch.setattr(history_plots, "figure_svg", lambda fig, *a, **k: (figures.append(fig), original(fig, *a, **k))[1])
+    history_plots.html_report(analyse(read_history(tmp_path / "s")))
+    assert len(figures) == 2
+    for fig in figures:
+        labels = [t for t in fig.axes[0].get_xticklabels() if t.get_text()]
+        assert labels and {t.get_rotation() for t in labels} == {45.0}
+        placed = check_placed(fig)
+        assert_as_tight(placed, constrained_margins_pt(fig))
+
+
+@pytest.mark.parametrize(("rotation", "align", "right_share"), [(0, "center", 0.5), (45, "right", 0.0), (45, "left", 1.0)])
+def test_an_x_labels_box_reaches_right_and_down_as_it_is_drawn(rotation, align, right_share):
+    """The box of a tick label as matplotlib draws it: its width and height turned by its rotation,
+    placed at its tick by its alignment (matplotlib's own measure of the drawn label is the judge)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from pytest_gpuenergy.reports.svg import _x_label_boxes, new_figure, rc_context
+
+    with rc_context():
+        fig = new_figure(4.0, 3.0, placed=True)
+        ax = fig.add_subplot()
+        ax.plot([0, 1, 2], [1, 2, 3])
+        ax.set_xticks([0, 1, 2], labels=["a", "0123abcd", "wide label"], rotation=rotation, ha=align, fontsize=7)
+        boxes = _x_label_boxes(ax)
+        canvas = FigureCanvasAgg(fig)
+        fig.set_dpi(72)                                   # a pixel is a point
+        canvas.draw()
+        drawn = [t.get_window_extent(canvas.get_renderer()) for t in ax.get_xticklabels()]
+        axes_box = ax.get_window_extent(canvas.get_renderer())
+    # short of the drawn box by no more than the placement's 1 pt slack, and at most 3 pt more (the
+    # unhinted metrics it reads differ from the hinted ones Agg draws with by about 1 pt either way)
+    for (at, right_pt, down_pt), box in zip(boxes, drawn):
+        reach_pt = box.x1 - (axes_box.x0 + at * axes_box.width)
+        assert reach_pt == pytest.approx(right_share * box.width, abs=0.5)
+        assert reach_pt - 1.0 <= right_pt <= reach_pt + 3.0 and box.height - 1.0 <= down_pt <= box.height + 3.0, (
+            right_pt, reach_pt, down_pt, box.height)

@@ -16,7 +16,7 @@ from html import escape
 
 from ..reports.html import html_table
 from ..reports.numbers import si
-from ..reports.svg import figure_svg, figure_title, new_figure, rc_context
+from ..reports.svg import EDGE_PT, figure_svg, figure_title, new_figure, place_axes, rc_context, title_room_pt
 from ..runs.records import model_label, model_text
 from ..runs.store import slug
 from .report import HistoryReport, SeriesResult, cost_lines, cost_table, counts, evidence, headline, pct
@@ -28,7 +28,7 @@ NOISE_COLOUR = "#8c8c8c"
 CHANGE_COLOUR = "#b3261e"
 TREND_COLOUR = "#D55E00"
 _MAX_TICKS = 12
-MAX_PLOTS = 60      # a plot costs about 0.3 s to draw; beyond these (the largest changes) the tables say it
+MAX_PLOTS = 60      # a plot costs 40-70 ms to draw (2026-11-28); beyond these (the largest changes) the tables say it
 
 _CSS = """
 *{box-sizing:border-box}
@@ -138,7 +138,7 @@ def series_svg(report: HistoryReport, result: SeriesResult, name: str) -> str:
     xs = [p.station for p in series.points]
     ys = [p.mean for p in series.points]
     with rc_context():
-        fig = new_figure(4.6, 2.9)
+        fig = new_figure(4.6, 2.9, placed=True)
         ax = fig.add_subplot()
         if all(p.low is not None and p.high is not None for p in series.points):
             ax.fill_between(xs, [p.low for p in series.points], [p.high for p in series.points],
@@ -171,6 +171,7 @@ def series_svg(report: HistoryReport, result: SeriesResult, name: str) -> str:
         ax.grid(True, color="#e6e6e6", linewidth=0.6)
         # Over the figure, not the axes: as wide as the figure, a long test name elided, "(simulated)" whole
         figure_title(fig, name, " (simulated)" if series.simulated else "", 9.5)
+        place_axes(fig, [ax], top_pt=title_room_pt(9.5, pad_pt=EDGE_PT))
     key = series.key
     label = (f"{name} on {key.gpu_model}: {history.metric.label} per call at {len(xs)} commits; "
              + "; ".join([f"change {pct(c.change_pct)} at {report.station_label(result, c.index)}" for c in findings.changes]

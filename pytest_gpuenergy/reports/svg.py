@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import io
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from html import escape
@@ -103,12 +104,14 @@ def place_axes(fig: Any, axes: Sequence[Any], *, top_pt: float, below_pt: float 
     """Place ``axes``, stacked top to bottom and sharing their x axis (the last one's labelled), with
     ``top_pt`` above them, ``below_pt`` below the lowest one's x labels (a legend's room) and ``gap_pt``
     between them: the left margin holds the widest y tick label and the y label, the bottom the x tick
-    labels and the x label, the right a last x tick label that reaches past the axes."""
+    labels (rotated as they are drawn) and the x label, the right a last x tick label that reaches past
+    the axes."""
     import matplotlib
 
     width_pt, height_pt = (float(v) * 72.0 for v in fig.get_size_inches())
     lowest = axes[-1]
-    bottom_pt = below_pt + EDGE_PT + _axis_room_pt(lowest.xaxis) + _SLACK_PT
+    tallest_pt = max((down for _, _, down in _x_label_boxes(lowest)), default=0.0)
+    bottom_pt = below_pt + EDGE_PT + _axis_room_pt(lowest.xaxis) + tallest_pt + _SLACK_PT
     rows = len(axes)
     axes_height_pt = (height_pt - top_pt - bottom_pt - gap_pt * (rows - 1)) / rows
     fig.subplots_adjust(top=1 - top_pt / height_pt, bottom=bottom_pt / height_pt, hspace=gap_pt / axes_height_pt)
@@ -117,20 +120,20 @@ def place_axes(fig: Any, axes: Sequence[Any], *, top_pt: float, below_pt: float 
                     default=0.0)
     left_pt = EDGE_PT + _axis_room_pt(axes[0].yaxis) + widest_pt + _SLACK_PT
     fig.subplots_adjust(left=left_pt / width_pt, right=1 - EDGE_PT / width_pt)    # the x ticks follow from the width
-    reach_pt = _x_reach_pt(lowest, width_pt - left_pt - EDGE_PT)
+    axes_width_pt = width_pt - left_pt - EDGE_PT
+    reach_pt = max((at * axes_width_pt + right - axes_width_pt for at, right, _ in _x_label_boxes(lowest)), default=0.0)
     fig.subplots_adjust(right=1 - (EDGE_PT + max(0.0, reach_pt)) / width_pt)
 
 
 def _axis_room_pt(axis: Any) -> float:
-    """An axis's label, its pad, and its ticks' length and pad; an x axis' also its labels' height (a y
-    axis' labels' width is the caller's)."""
+    """An axis's label, its pad, and its ticks' length and pad (not its tick labels, the caller's)."""
     import matplotlib
 
     rc = matplotlib.rcParams
     label = axis.label.get_text()
     label_pt = text_size_pt(label, float(axis.label.get_fontsize()))[1] + axis.labelpad if label else 0.0
     if axis.axis_name == "x":
-        return label_pt + rc["xtick.major.size"] + rc["xtick.major.pad"] + text_size_pt("lp", rc["xtick.labelsize"])[1]
+        return label_pt + rc["xtick.major.size"] + rc["xtick.major.pad"]
     return label_pt + rc["ytick.major.size"] + rc["ytick.major.pad"]
 
 
@@ -142,14 +145,26 @@ def _tick_labels(axis: Any, limits: tuple[float, float]) -> list[tuple[float, st
     return list(zip(locations, axis.get_major_formatter().format_ticks(locations)))
 
 
-def _x_reach_pt(ax: Any, axes_width_pt: float) -> float:
-    """How far the x tick labels (centred on their ticks) reach past the axes' right edge, in points."""
+def _x_label_boxes(ax: Any) -> list[tuple[float, float, float]]:
+    """Each drawn x tick label's box as drawn (its size, rotation and alignment): where its tick is, as a
+    share of the axes' width, and in points how far the box reaches right of the tick and down from
+    it (at least a line's height: a label's box is as tall as "lp"). (How far left is not asked: the
+    y labels' margin is wider than any first x label's half, or a rotated one's reach.)"""
     import matplotlib
 
     low, high = ax.get_xlim()
-    size_pt = matplotlib.rcParams["xtick.labelsize"]
-    return max((((v - low) / (high - low)) * axes_width_pt + text_size_pt(label, size_pt)[0] / 2 - axes_width_pt
-                for v, label in _tick_labels(ax.xaxis, (low, high))), default=0.0)
+    shown = ax.xaxis.get_majorticklabels()
+    size_pt = float(shown[0].get_fontsize()) if shown else float(matplotlib.rcParams["xtick.labelsize"])
+    angle = math.radians(shown[0].get_rotation()) if shown else 0.0
+    align = shown[0].get_horizontalalignment() if shown else "center"
+    boxes = []
+    for location, label in _tick_labels(ax.xaxis, (low, high)):
+        width_pt, line_pt = text_size_pt(label or "lp", size_pt)
+        across = width_pt * abs(math.cos(angle)) + line_pt * abs(math.sin(angle))
+        down = width_pt * abs(math.sin(angle)) + line_pt * abs(math.cos(angle))
+        right = {"right": 0.0, "left": across}.get(align, across / 2)
+        boxes.append(((location - low) / (high - low), right, down))
+    return boxes
 
 
 def rc_context() -> Any:
