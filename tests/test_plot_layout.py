@@ -401,3 +401,16 @@ def test_an_x_labels_box_reaches_right_and_down_as_it_is_drawn(rotation, align, 
         assert reach_pt == pytest.approx(right_share * box.width, abs=0.5)
         assert reach_pt - 1.0 <= right_pt <= reach_pt + 3.0 and box.height - 1.0 <= down_pt <= box.height + 3.0, (
             right_pt, reach_pt, down_pt, box.height)
+
+
+def test_an_axis_without_ticks_gets_no_room_for_their_labels(drawn):
+    from pytest_gpuenergy.reports.svg import _x_label_boxes, new_figure, place_axes, rc_context
+
+    with rc_context():
+        fig = new_figure(3.0, 2.0, placed=True)
+        ax = fig.add_subplot()
+        ax.plot([1.0, 2.0], [1.0, 2.0])
+        ax.set_xticks([])
+        assert _x_label_boxes(ax) == []
+        place_axes(fig, [ax], top_pt=3.0)
+    assert margins_pt(fig)[3] == pytest.approx(11.0)   # the bottom: the edge, the ticks' length and pad, the slack

@@ -150,13 +150,12 @@ def _x_label_boxes(ax: Any) -> list[tuple[float, float, float]]:
     share of the axes' width, and in points how far the box reaches right of the tick and down from
     it (at least a line's height: a label's box is as tall as "lp"). (How far left is not asked: the
     y labels' margin is wider than any first x label's half, or a rotated one's reach.)"""
-    import matplotlib
-
     low, high = ax.get_xlim()
     shown = ax.xaxis.get_majorticklabels()
-    size_pt = float(shown[0].get_fontsize()) if shown else float(matplotlib.rcParams["xtick.labelsize"])
-    angle = math.radians(shown[0].get_rotation()) if shown else 0.0
-    align = shown[0].get_horizontalalignment() if shown else "center"
+    if not shown:                    # an axis without ticks
+        return []
+    size_pt, angle = float(shown[0].get_fontsize()), math.radians(shown[0].get_rotation())
+    align = shown[0].get_horizontalalignment()          # (set for every tick alike)
     boxes = []
     for location, label in _tick_labels(ax.xaxis, (low, high)):
         width_pt, line_pt = text_size_pt(label or "lp", size_pt)
