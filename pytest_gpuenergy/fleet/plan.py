@@ -24,8 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FleetUsageError
-from ..fileio import folder_problem, output_problem
-from ..gate.settings import DEFAULT_CONFIDENCE, check_confidence, parse_thresholds
+from ..gate.settings import (
+    DEFAULT_CONFIDENCE,
+    check_confidence,
+    parse_thresholds,
+    report_path_problem,
+    save_storage_problem,
+)
 from ..runs import DEFAULT_STORAGE, LATEST
 from ..sim.models import parse_model_list
 
@@ -330,15 +335,15 @@ def _gate(values: dict[str, Any], cwd: Path) -> FleetGate:
     def report(key: str) -> Path | None:
         """A report's path, checked before the fleet starts (said after it, every task's time was lost)."""
         found = path(key)
-        problem = output_problem(found) if found is not None else None
+        problem = report_path_problem(f"--energy-{key}", found) if found is not None else None
         if problem is not None:
-            raise FleetUsageError(f"--energy-{key}: cannot write {found}: {problem}")
+            raise FleetUsageError(problem)
         return found
 
     storage, save = path("storage") or cwd / DEFAULT_STORAGE, bool(values.get("save"))
-    problem = folder_problem(storage) if save else None
+    problem = save_storage_problem(storage) if save else None
     if problem is not None:
-        raise FleetUsageError(f"--energy-save: cannot save runs in {storage}: {problem}; give a folder with --energy-storage")
+        raise FleetUsageError(problem)
     return FleetGate(
         storage=storage, save=save, compare=compare,
         thresholds=thresholds, confidence=confidence, markdown=report("markdown"), html=report("html"), json=report("json"),

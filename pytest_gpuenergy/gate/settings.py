@@ -106,6 +106,25 @@ class GateOptions:
         return bool(self.save or self.compare or self.markdown or self.html or self.json or self.step_summary)
 
 
+def report_path_problem(option: str, path: Path) -> str | None:
+    """The one-line usage error for a report ``option`` whose ``path`` cannot be written, or None: asked
+    before a session or a fleet runs (pytest's options and ``gpuenergy fleet`` alike)."""
+    from ..fileio import output_problem  # (only where a report is asked for)
+
+    problem = output_problem(path)
+    return None if problem is None else f"{option}: cannot write {path}: {problem}"
+
+
+def save_storage_problem(storage: Path) -> str | None:
+    """The one-line usage error for ``--energy-save`` into a ``storage`` folder that cannot be made or
+    written, or None (checked before the run: at its end the run's results would be lost)."""
+    from ..fileio import folder_problem
+
+    problem = folder_problem(storage)
+    return None if problem is None else (f"--energy-save: cannot save runs in {storage}: {problem}; give a folder "
+                                         f"with --energy-storage")
+
+
 def step_summary_path() -> Path | None:
     value = os.environ.get(STEP_SUMMARY_ENV)
     return Path(value) if value else None

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import BackendUnavailable, CapSyntaxError, SettingError
-from ..gate.settings import DEFAULT_CONFIDENCE, GateOptions, check_confidence, parse_thresholds, step_summary_path
+from ..gate.settings import (
+    DEFAULT_CONFIDENCE,
+    GateOptions,
+    check_confidence,
+    parse_thresholds,
+    report_path_problem,
+    save_storage_problem,
+    step_summary_path,
+)
 from ..gpu.locks import DEFAULT_TIMEOUT_S
 from ..gpu.specs import BACKEND_CHOICES, CapSpec, ClockSpec, default_backend, parse_caps, parse_clocks
 from ..meter.defaults import DEFAULT_MIN_TIME_S
@@ -290,22 +298,16 @@ def resolve_gate_options(config: pytest.Config) -> GateOptions:
         value = setting(config, name)
         if not value:
             return None
-        from ..fileio import output_problem  # (a session that writes no report imports no file helpers)
-
-        problem = output_problem(Path(value))
+        problem = report_path_problem(f"--{name.replace('_', '-')}", Path(value))
         if problem is not None:
-            raise pytest.UsageError(f"--{name.replace('_', '-')}: cannot write {value}: {problem}")
+            raise pytest.UsageError(problem)
         return Path(value)
 
     storage = storage if storage.is_absolute() else config.rootpath / storage
     save = bool(setting(config, "energy_save"))
-    if save:
-        from ..fileio import folder_problem
-
-        problem = folder_problem(storage)
-        if problem is not None:      # said now: at the session's end the run's results would be lost
-            raise pytest.UsageError(f"--energy-save: cannot save runs in {storage}: {problem}; give a folder "
-                                    f"with --energy-storage")
+    problem = save_storage_problem(storage) if save else None
+    if problem is not None:
+        raise pytest.UsageError(problem)
     return GateOptions(
         storage=storage,
         save=save,
