@@ -16,7 +16,7 @@ from html import escape
 
 from ..reports.html import html_table
 from ..reports.numbers import si
-from ..reports.svg import EDGE_PT, figure_svg, figure_title, new_figure, place_axes, rc_context, title_room_pt
+from ..reports.svg import figure_svg, figure_title, new_figure, place_axes, rc_context
 from ..runs.records import model_label, model_text
 from ..runs.store import slug
 from .report import HistoryReport, SeriesResult, cost_lines, cost_table, counts, evidence, headline, pct
@@ -170,8 +170,7 @@ def series_svg(report: HistoryReport, result: SeriesResult, name: str) -> str:
         ax.set_xlabel("commit (history order)")
         ax.grid(True, color="#e6e6e6", linewidth=0.6)
         # Over the figure, not the axes: as wide as the figure, a long test name elided, "(simulated)" whole
-        figure_title(fig, name, " (simulated)" if series.simulated else "", 9.5)
-        place_axes(fig, [ax], top_pt=title_room_pt(9.5, pad_pt=EDGE_PT))
+        place_axes(fig, [ax], top_pt=figure_title(fig, name, " (simulated)" if series.simulated else "", 9.5))
     key = series.key
     label = (f"{name} on {key.gpu_model}: {history.metric.label} per call at {len(xs)} commits; "
              + "; ".join([f"change {pct(c.change_pct)} at {report.station_label(result, c.index)}" for c in findings.changes]

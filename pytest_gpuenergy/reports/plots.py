@@ -58,8 +58,7 @@ def sweep_svg(sweep: Sweep, optima: dict[str, Optimum | None], baseline: Sweep |
         axes[-1].set_xlabel("enforced power limit")
         axes[-1].xaxis.set_major_formatter(_eng("W"))
         sim = " (simulated)" if sweep.simulated else ""
-        figure_title(fig, name, sim, 9.5, bold=True)
-        place_axes(fig, axes, top_pt=title_room_pt(9.5, bold=True, pad_pt=EDGE_PT), gap_pt=9.5)
+        place_axes(fig, axes, top_pt=figure_title(fig, name, sim, 9.5, bold=True), gap_pt=9.5)
     return figure_svg(fig, _sweep_label(sweep, optima, name), element_id=element_id)
 
 

@@ -85,14 +85,16 @@ def fitted_title(name: str, suffix: str, size_pt: float, width_pt: float, *, bol
     return elide(name, chars) + suffix
 
 
-def figure_title(fig: Any, name: str, suffix: str, size_pt: float, *, bold: bool = False) -> None:
+def figure_title(fig: Any, name: str, suffix: str, size_pt: float, *, bold: bool = False) -> float:
     """``name`` + ``suffix`` over the whole figure, fitted to its width (``fitted_title``): at its top
     edge where ``place_axes`` places the axes below it, where constrained layout puts it otherwise (a
-    title placed by hand is one that layout makes no room for)."""
+    title placed by hand is one that layout makes no room for). Returns the room it takes above the
+    axes, ``place_axes``'s ``top_pt`` (constrained layout measures it itself)."""
     width_pt, height_pt = (float(v) * 72.0 for v in fig.get_size_inches())
     at_edge = {"y": 1 - EDGE_PT / height_pt, "va": "top"} if fig.get_layout_engine() is None else {}
     fig.suptitle(fitted_title(name, suffix, size_pt, width_pt - 2 * EDGE_PT, bold=bold), fontsize=size_pt,
                  fontweight="bold" if bold else "normal", **at_edge)
+    return title_room_pt(size_pt, bold=bold, pad_pt=EDGE_PT)
 
 
 def title_room_pt(size_pt: float, *, bold: bool = False, pad_pt: float = 0.0) -> float:
