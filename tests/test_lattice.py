@@ -149,14 +149,27 @@ def test_a_read_between_two_ticks_is_dated_to_the_tick_before_it_with_that_ticks
     lattice = hand_made()
     assert lattice.tick_of_read(1.04, 1.06) == (0, pytest.approx(0.001))
     assert lattice.tick_of_read(1.0012, 1.04) == (0, pytest.approx(0.001))     # just outside the error after tick 0
-    assert lattice.tick_of_read(1.04, 1.0985) == (0, pytest.approx(0.001))     # and before tick 1
+    assert lattice.tick_of_read(1.04, 1.0965) == (0, pytest.approx(0.001))     # and before tick 1 (>= 1.097 s)
 
 
 def test_a_read_within_the_error_of_a_tick_is_not_dated():
     lattice = hand_made()
     assert lattice.tick_of_read(1.0005, 1.002) is None      # may have taken the value before tick 0
     assert lattice.tick_of_read(1.04, 1.0995) is None       # may have taken it after tick 1
+    assert lattice.tick_of_read(1.04, 1.0985) is None       # tick 1 may be as early as 1.097 s (its error, 0.003)
     assert lattice.tick_of_read(1.04, 1.14) is None         # spans tick 1
+
+
+def test_a_read_is_dated_with_its_own_ticks_error_not_that_of_the_tick_nearest_it():
+    """Before the brackets the error grows tick by tick: a read late in a period is nearer the next
+    tick, whose error is smaller than that of the tick it is dated to. Tick -3 (0.7 s) may lie in
+    [0.695, 0.705] (the bracket of tick -1 shifted back by two of the longest and the shortest
+    periods); a date of 0.7 +- 0.003 (tick -2's error, the tick nearest 0.78 s) left out the truth
+    (found by the property test of tests/test_meter.py, seed 15643171)."""
+    lattice = hand_made()
+    assert lattice.error_at(0.78) == pytest.approx(0.003) and lattice.error_of_tick(-3) == pytest.approx(0.005)
+    assert lattice.tick_of_read(0.78, 0.79) == (-3, pytest.approx(0.005))
+    assert lattice.tick_of_read(0.704, 0.79) is None        # tick -3 may be as late as 0.705 s
 
 
 def test_a_read_where_the_lattice_is_loose_is_not_dated():
@@ -176,11 +189,19 @@ def test_a_read_is_given_at_least_a_tenth_of_a_millisecond_of_error():
 
 def test_a_bracket_is_dated_where_the_lattice_leaves_one_tick_in_it():
     lattice = hand_made()
-    assert lattice.only_tick_within(1.04, 1.16) == (1, pytest.approx(0.005))    # the error at 1.16 s: tick 2's
-    assert lattice.only_tick_within(1.101, 1.16) == (1, pytest.approx(0.005))   # tick 1 may be as late as 1.103 s
+    assert lattice.only_tick_within(1.04, 1.16) == (1, pytest.approx(0.003))    # tick 1's own error
+    assert lattice.only_tick_within(1.101, 1.16) == (1, pytest.approx(0.003))   # tick 1 may be as late as 1.103 s
     assert lattice.only_tick_within(1.04, 1.197) is None                        # tick 2 may be at 1.195 s
     assert lattice.only_tick_within(1.04, 1.26) is None
     assert lattice.only_tick_within(-math.inf, 1.16) is None
+
+
+def test_a_bracket_is_not_dated_where_the_tick_before_it_may_be_inside_by_its_own_error():
+    """Tick -4 (0.6 s) may be as late as 0.607 s: a bracket from 0.606 s may hold it, though the error
+    of the tick nearest the bracket's end (tick -3's, 0.005) would have left it out."""
+    lattice = hand_made()
+    assert lattice.only_tick_within(0.606, 0.74) is None
+    assert lattice.only_tick_within(0.608, 0.74) == (-3, pytest.approx(0.005))
 
 
 def test_a_bracket_where_the_lattice_is_loose_is_not_dated():

@@ -78,9 +78,12 @@ class Lattice:
 
     def error_at(self, moment: float) -> float:
         """How far the lattice's tick nearest ``moment`` may be from the true one (inf: unknown)."""
+        return self.error_of_tick(round((moment - self.phase_s) / self.period_s))
+
+    def error_of_tick(self, k: int) -> float:
+        """How far the lattice's tick ``k`` may be from the true one (inf: unknown)."""
         if len(self.numbered) < 2:
             return math.inf
-        k = round((moment - self.phase_s) / self.period_s)
         error = self._errors.get(k)
         if error is None:
             error = self._errors[k] = self._error_of_tick(k)
@@ -97,34 +100,39 @@ class Lattice:
         predicted = self.tick_at(k)
         return max(predicted - low, high - predicted, 0.0)
 
+    def _date_error(self, k: int) -> float:
+        """Tick ``k``'s error as a date is claimed with it: never under a tenth of a millisecond."""
+        return max(self.error_of_tick(k), 1e-4)
+
     def tick_of_read(self, started: float, ended: float) -> tuple[int, float] | None:
         """Which tick published the value a read saw, and that tick's error, where only one can have.
 
         The read took its value at some moment in [``started``, ``ended``] (it can be held up
         between taking the value and returning), and the value was published at the latest tick
-        before that moment. When every moment of the read, give or take the lattice's error, has
-        the same latest tick, that tick is the date.
+        before that moment. When tick k surely came before the read started and tick k + 1 surely
+        after it ended, each by its own error (which grows with its distance from the brackets, so
+        the two differ), that tick k is the date.
         """
-        error = self.error_at(started)
-        if error > 0.25 * self.period_s:
+        k = self.index_before(started)
+        if self.error_of_tick(k) > 0.25 * self.period_s:
             return None
-        error = max(error, 1e-4)
-        first = self.index_before(started - error)
-        if first != self.index_before(ended + error):
+        error = self._date_error(k)
+        if started - error < self.tick_at(k) or ended + self._date_error(k + 1) >= self.tick_at(k + 1):
             return None
-        return first, error
-
+        return k, error
 
     def only_tick_within(self, earliest: float, latest: float) -> tuple[int, float] | None:
         """The tick, and its error, of a publication bracketed by [``earliest``, ``latest``], where
-        the lattice leaves only one tick there (a bracket wider than a period never does)."""
-        error = self.error_at(latest)
-        if error > 0.25 * self.period_s or not math.isfinite(earliest):
+        the lattice leaves only one tick there: the tick before it surely came before ``earliest``
+        and the tick after it surely after ``latest``, each by its own error (true ticks come in
+        order, so no other tick can be in the bracket). A bracket wider than a period never is."""
+        if not math.isfinite(earliest):
             return None
-        error = max(error, 1e-4)
-        first = math.ceil((earliest - error - self.phase_s) / self.period_s)
-        last = math.floor((latest + error - self.phase_s) / self.period_s)
-        return (first, error) if first == last else None
+        for k in range(self.index_before(earliest), self.index_before(latest) + 2):
+            if (self.tick_at(k - 1) + self._date_error(k - 1) < earliest
+                    and self.tick_at(k + 1) - self._date_error(k + 1) > latest):
+                return (k, self._date_error(k)) if self.error_of_tick(k) <= 0.25 * self.period_s else None
+        return None
 
 
 class TickLearner:
