@@ -6,20 +6,41 @@ counters, and never touch the user's own simulated machine.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-# Imported before any in-process pytester run, whatever tests are selected: a pytester run forgets the
-# modules it imported, and the simulator's work registry first imported inside one would stay bound to
-# the package while tests import a fresh copy (declare_work in tests/test_shards.py then reaches a stale
-# registry when run after tests/test_damaged_inputs.py, as benchmarks/mutation.py selects them).
-import pytest_gpuenergy.sim.work  # noqa: F401
+import pytest_gpuenergy
 from pytest_gpuenergy.gpu.device import Backend, Gpu, open_backend
 
 from helpers import CHILD_PYTEST_ADDOPTS
+
+
+def _import_before_any_test() -> None:
+    """Import every module of the plugin, and the process pool's, before any test runs.
+
+    An in-process pytester run forgets the modules first imported inside it, while the package that
+    holds one keeps it as an attribute: a later import makes a second copy, and the test and the code
+    it calls then hold different ones. Whatever ran before decided which: the simulator's work
+    registry (``declare_work`` in tests/test_shards.py reached a stale one after
+    tests/test_damaged_inputs.py), ``history.series`` (a test's ``monkeypatch`` of it missed the
+    command it ran) and ``concurrent.futures.process`` (first imported by torch or Ray inside a
+    session of the reference workloads or the fleet; a process pool then failed to pickle its own
+    call items: ``gpuenergy history`` after tests/test_energy_suite_job.py). Imported here, every
+    module is one object for the whole session, whatever order the tests run in.
+    """
+    import concurrent.futures.process  # noqa: F401
+
+    for module in pkgutil.walk_packages(pytest_gpuenergy.__path__, "pytest_gpuenergy."):
+        if not module.name.endswith(".__main__"):        # (running it is the command itself)
+            importlib.import_module(module.name)
+
+
+_import_before_any_test()
 
 # The plugin's own tests never touch a real GPU, even on a machine that has one: many of them set
 # power caps, and `auto` would pick NVML there. A test that wants NVML says --gpu-backend=nvml (and

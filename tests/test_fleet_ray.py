@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -57,12 +58,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     os.environ["GPUENERGY_SIM_STATE"] = str(state)     # the raylet and its workers inherit it
     os.environ.pop("GPUENERGY_SIM_GPUS", None)
     local = LocalCluster(("H100", "A100"))
+    # ray.init installs handlers of its own in this process and ray.shutdown leaves them: put this
+    # process's back, for the tests that run after this one in it (tests/test_compat.py checks them).
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     ray.init(num_cpus=2, num_gpus=2, resources=local.ray_resources(), include_dashboard=False,
              logging_level="WARNING", log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address, state
     finally:
         ray.shutdown()
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
