@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_gpuenergy.meter.lattice import NOMINAL_PERIOD_S, Bracket, Lattice, TickLearner, fit
 
@@ -300,3 +302,45 @@ def test_a_copy_of_a_learner_knows_what_it_knows_and_goes_its_own_way():
     assert len(learner.brackets) == 4 and len(twin.brackets) == 5
     twin.miss()
     assert twin.lattice is None and learner.lattice is not None
+
+
+# -- soundness, whatever the brackets ----------------------------------------------------------------
+
+def _true_tick_before(moment: float, phase_s: float, period_s: float) -> int:
+    return math.floor((moment - phase_s) / period_s)
+
+
+@settings(max_examples=400, deadline=None)
+@given(period_s=st.floats(0.085, 0.12), phase_share=st.floats(0.0, 1.0),
+       ticks=st.lists(st.integers(0, 40), min_size=2, max_size=8, unique=True),
+       widths=st.lists(st.tuples(st.floats(1e-6, 0.013), st.floats(1e-6, 0.013)), min_size=8, max_size=8),
+       reads=st.lists(st.tuples(st.floats(-1.0, 6.0), st.floats(0.0, 0.06)), min_size=1, max_size=12),
+       spans=st.lists(st.tuples(st.floats(-1.0, 6.0), st.floats(0.0, 0.15)), min_size=1, max_size=12))
+def test_a_date_the_lattice_gives_always_holds_the_true_tick(period_s, phase_share, ticks, widths, reads, spans):
+    """Any strictly periodic counter (a period within the prior), any few brackets around its ticks
+    (each up to 26 ms wide, the learner's limit at these periods), the lattice they leave: a read
+    (``tick_of_read``) or a span (``only_tick_within``) it dates is dated to the one true tick that
+    can be there, within the error it gives. Found wanting on 2026-11-28: a date took the error of
+    the tick nearest the read, which before the brackets is smaller than its own tick's."""
+    phase_s = phase_share * period_s
+    learner = TickLearner()
+    for k, (before, after) in zip(sorted(ticks), widths):
+        tick = phase_s + k * period_s
+        learner.add(Bracket(tick - before, tick + after))
+    lattice = learner.lattice
+    if lattice is None:
+        return
+    def near_a_tick(moment: float) -> bool:        # (where rounding, 1e-15 s, decides the side)
+        return abs((moment - phase_s) / period_s - round((moment - phase_s) / period_s)) * period_s < 1e-9
+
+    for started, held_s in reads:
+        dated = lattice.tick_of_read(started, started + held_s)
+        if dated is not None and not near_a_tick(started) and not near_a_tick(started + held_s):
+            true_k = _true_tick_before(started, phase_s, period_s)
+            assert true_k == _true_tick_before(started + held_s, phase_s, period_s), (started, held_s, dated)
+            assert abs(phase_s + true_k * period_s - lattice.tick_at(dated[0])) <= dated[1] + 1e-9
+    for earliest, width_s in spans:
+        dated = lattice.only_tick_within(earliest, earliest + width_s)
+        first, last = _true_tick_before(earliest, phase_s, period_s) + 1, _true_tick_before(earliest + width_s, phase_s, period_s)
+        for true_k in range(first, last + 1):          # every true tick inside the span is the one dated
+            assert dated is None or abs(phase_s + true_k * period_s - lattice.tick_at(dated[0])) <= dated[1] + 1e-9
