@@ -121,6 +121,15 @@ def test_ticks_are_numbered_from_the_phase():
     assert lattice.next_tick_after(1.25) == 1.375 and lattice.next_tick_after(0.9) == 1.0
 
 
+def test_the_next_tick_comes_at_the_latest_by_its_own_error():
+    """A region planned to start just after the next publication waits for that tick's error, not the
+    error of the tick nearest now (tick 0's 0.001 at 1.04 s; tick 1 may come as late as 1.103 s)."""
+    lattice = hand_made()
+    assert lattice.latest_next_tick(1.04) == pytest.approx(1.103)
+    assert lattice.latest_next_tick(1.06) == pytest.approx(1.103)
+    assert lattice.latest_next_tick(0.73) == pytest.approx(0.803)      # tick -2, before the brackets
+
+
 def test_a_lattice_without_two_numbered_brackets_does_not_know_its_error():
     lattice = Lattice(0.1, 1.0, (0.0, math.inf), ((0.999, 1.001, 0),), 1)
     assert lattice.error_at(1.0) == math.inf

@@ -367,7 +367,7 @@ class EnergyMeter:
         if lattice is None or self._group is not None or not 0 < one_call_s <= _PLANNED_CALL_SHARE * lattice.period_s:
             return 0            # (0: calls that move no clock, on a simulated GPU with nothing to do, reach no tick)
         clock = self.backend.clock
-        after = lattice.next_tick_after(clock()) + lattice.error_at(clock()) + _ALIGN_MARGIN_S
+        after = lattice.latest_next_tick(clock()) + _ALIGN_MARGIN_S
         extra = 0
         while clock() < after and extra < 100_000:
             remaining_s = after - clock()
@@ -407,7 +407,7 @@ class EnergyMeter:
         now = self.backend.clock()
         if lattice is None:
             return
-        start_at = lattice.next_tick_after(now) + lattice.error_at(now) + _ALIGN_MARGIN_S
+        start_at = lattice.latest_next_tick(now) + _ALIGN_MARGIN_S
         one_call_s = self.one_call_s
         if region.planned_calls and math.isfinite(one_call_s) and one_call_s > _PLANNED_CALL_SHARE * lattice.period_s:
             region.planned_calls, delay_s = _plan_long_calls(region.planned_calls, one_call_s, lattice, start_at)

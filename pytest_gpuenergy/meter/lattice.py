@@ -76,6 +76,12 @@ class Lattice:
     def next_tick_after(self, moment: float) -> float:
         return self.tick_at(self.index_before(moment) + 1)
 
+    def latest_next_tick(self, moment: float) -> float:
+        """The latest the true tick after ``moment`` can come: the lattice's next tick plus its own
+        error (a region started then begins just after a publication)."""
+        k = self.index_before(moment) + 1
+        return self.tick_at(k) + self.error_of_tick(k)
+
     def error_at(self, moment: float) -> float:
         """How far the lattice's tick nearest ``moment`` may be from the true one (inf: unknown)."""
         return self.error_of_tick(round((moment - self.phase_s) / self.period_s))
