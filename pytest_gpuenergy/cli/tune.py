@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fileio import folder_problem, output_problem
+from ..fileio import folder_problem
+from ..gate.settings import report_path_problem
 from ..gpu.specs import BACKEND_CHOICES, default_backend
 from ..tune.defaults import DEFAULT_MAX_SETTINGS, DEFAULT_STEP_W, DEFAULT_TUNE_STORAGE, KNOBS, OBJECTIVES
 from .compare import write_output
@@ -121,9 +122,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"gpuenergy tune: error: {exc}", file=sys.stderr)
         return 2
     for flag, target in (("--json", args.json), ("--html", args.html)):
-        problem = output_problem(Path(target)) if target and target != "-" else None
-        if problem is not None:      # said now, not after the sessions
-            print(f"gpuenergy tune: error: {flag}: cannot write {target}: {problem}", file=sys.stderr)
+        usage = report_path_problem(flag, Path(target)) if target and target != "-" else None
+        if usage is not None:        # said now, not after the sessions
+            print(f"gpuenergy tune: error: {usage}", file=sys.stderr)
             return 2
     problem = folder_problem(Path(args.storage))
     if problem is not None:          # (every session saves its run there)
