@@ -15,7 +15,10 @@ at most 10 % for the short tests, at most 2 % for the main job. The simulated GP
 virtual clock: every test starts its world over (``SimulatedNvml.simBeginTest``), which a real GPU
 does not, and which costs CPU here. A one-test suite, timed the same way, splits the added time
 into what a session pays once (the plugin's start and end, and the modules only ``--energy-all``
-imports) and what each test pays: the first is a floor no per-test design goes under.
+imports) and what each test pays: the first is a floor no per-test design goes under. The 600 tests
+are also timed with ``--energy-all`` and the GPU work made free (``free_meter.py``: no lock, no
+hand-over, no region, no figure): what the plugin's pytest glue costs by itself, the floor of the
+per-test part while a test is measured through pytest's fixtures and hooks.
 
 The plugin's modules are compiled first, into the temporary folder (``compileall``,
 ``PYTHONPYCACHEPREFIX``), as pip compiles an installed package's: a checkout run with
@@ -182,6 +185,10 @@ def main() -> None:
         rows.append({"suite": f"600 tests of 5 ms ({where_run})", **short, "goal": SHORT_GOAL, **split(short, single)})
         goals.append({"goal": "energy_all_overhead" + ("_real_gpu" if real else ""), "figure": short["overhead"],
                       "target": SHORT_GOAL, "met": short["overhead"] <= SHORT_GOAL, "simulated": not real})
+        # the glue alone (free_meter.py): the floor of the per-test part
+        floor_env = {**env, "PYTHONPATH": os.pathsep.join([str(common.BENCH_DIR), env.get("PYTHONPATH", "")])}
+        rows[-1]["floor"] = ratio([sys.executable, "-m", "pytest", "-q", *_OFF, *safety, "-p", "free_meter", "test_short.py"],
+                                  where, floor_env, pairs)
         if args.parts:
             rows[-1]["parts"] = parts([sys.executable, "-m", "pytest", "-q", *_OFF, *safety, "test_short.py"], where, env)
         if not args.quick and not real:
@@ -198,6 +205,11 @@ def main() -> None:
     for r in rows:
         if "parts" in r:
             print_parts(r)
+        if "floor" in r:
+            floor = r["floor"]
+            print(f"{r['suite']}: the plugin's pytest glue alone (--energy-all with no lock, hand-over, region or figure: "
+                  f"free_meter.py) {floor['overhead']:+.1%} ({statistics.median(floor['with_s']):.2f} s against "
+                  f"{statistics.median(floor['without_s']):.2f} s), of the {r['overhead']:+.1%} in all")
         if "once_s" in r:
             print(f"{r['suite']}: {r['once_s']:.2f} s once a session ({r['once_share']:+.1%} of the suite: the plugin's "
                   f"start, end and imports, from a one-test suite) and {r['per_test_ms']:.2f} ms a test")

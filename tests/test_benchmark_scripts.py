@@ -397,3 +397,30 @@ def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing
     assert all(part["total_s"] > 0 for part in found["parts"].values())
     report = json.loads((pytester.path / "report.json").read_text())
     assert len(report["runs"][0]["cases"]) == 3
+
+
+def test_free_meter_leaves_the_glue_and_takes_the_gpu_work_away_only_under_energy_all(pytester, monkeypatch):
+    """``energy_all_overhead.py``'s floor: with ``-p free_meter --energy-all`` the tests run through the
+    plugin's fixture and hooks but hold no GPU and measure nothing (no lock file, no case); without
+    ``--energy-all`` it changes nothing, so the run it is compared with is a plain one."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_two="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    pytester.makeconftest(textwrap.dedent("""
+        from pytest_gpuenergy.plugin import session
+
+        ORIGINAL = session.EnergySession.lease
+
+        def pytest_sessionfinish(session):
+            from pytest_gpuenergy.plugin import session as module
+            print("LEASE REPLACED" if module.EnergySession.lease is not ORIGINAL else "LEASE KEPT")
+    """))
+    free = pytester.runpytest_subprocess("-p", "free_meter", "--energy-all", "--energy-json=free.json", "-s")
+    free.assert_outcomes(passed=2)
+    assert "LEASE REPLACED" in free.stdout.str()
+    assert sum(len(run["cases"]) for run in json.loads((pytester.path / "free.json").read_text())["runs"]) == 0
+    measured = pytester.runpytest_subprocess("--energy-all", "--energy-json=measured.json", "-s")
+    measured.assert_outcomes(passed=2)
+    assert len(json.loads((pytester.path / "measured.json").read_text())["runs"][0]["cases"]) == 2
+    plain = pytester.runpytest_subprocess("-p", "free_meter", "-s")
+    plain.assert_outcomes(passed=2)
+    assert "LEASE KEPT" in plain.stdout.str()
