@@ -224,6 +224,41 @@ def test_another_process_on_the_gpu_is_named(pytester):
         hog.wait()
 
 
+def test_a_process_that_came_during_a_region_in_real_time_is_named_by_the_ends_list(pytester, monkeypatch):
+    """In real time a region's end asks for the GPU's processes on a thread of its own: a process that
+    began using the GPU after the region's start (so only the end's list can have it) is still named."""
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    pytester.makepyfile(test_s=textwrap.dedent(
+        """
+        import pathlib, subprocess, sys, time
+
+        HOG = (
+            "import pathlib, sys, time\\n"
+            "from pytest_gpuenergy.sim.nvml import SimulatedNvml\\n"
+            "n = SimulatedNvml(); n.nvmlInit()\\n"
+            "pathlib.Path(sys.argv[1]).write_text('')\\n"
+            "time.sleep(30)\\n"
+        )
+
+        def test_shared(energy_meter, tmp_path):
+            ready = tmp_path / "ready"
+            with energy_meter:
+                hog = subprocess.Popen([sys.executable, "-c", HOG, str(ready)])
+                end = time.time() + 30
+                while not ready.exists() and time.time() < end:
+                    time.sleep(0.01)
+            try:
+                notes = energy_meter.result.notes
+            finally:
+                hog.kill()
+                hog.wait()
+            assert ready.exists()
+            assert any(f"also used by process {hog.pid} " in note for note in notes), notes
+        """
+    ))
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
 def test_a_gpu_whose_reads_keep_failing_is_a_clear_error_not_a_crash(pytester, monkeypatch):
     monkeypatch.setenv("GPUENERGY_SIM_FAULTS", "read_error")
     pytester.makepyfile(test_r="def test_a(gpu_power_cap):\n    pass\n")

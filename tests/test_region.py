@@ -5,11 +5,14 @@ waiting) and at the end (``resolve``), and its reports hang on them with ``then`
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 from typing import Any
 
 import pytest
 
-from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes
+from pytest_gpuenergy.errors import DeviceError
+from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes, other_processes_later
 from pytest_gpuenergy.plugin.options import SessionOptions
 from pytest_gpuenergy.plugin.session import EnergySession
 
@@ -142,6 +145,73 @@ def test_a_regions_start_takes_the_running_processes_from_an_end_asked_just_befo
     assert gpu.asked == 3                                                        # 55 ms later: asked again
     gpu.pids = []
     assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.2) == [set()] and gpu.asked == 4
+
+
+
+class Slow(Listed):
+    """A device whose library answers only once ``answer`` is set (a slow call), or raises ``fails``."""
+
+    def __init__(self, *pids: int, fails: BaseException | None = None) -> None:
+        super().__init__(*pids)
+        self.answer = threading.Event()
+        self.fails = fails
+
+    def processes(self) -> list[int]:
+        assert self.answer.wait(10)
+        if self.fails is not None:
+            self.asked += 1
+            raise self.fails
+        return super().processes()
+
+
+def test_a_regions_end_asks_for_the_list_without_waiting_and_the_next_start_takes_that_answer():
+    """A region's end (real time) asks on a thread of its own and goes on; its figure later gets the
+    list as the library gave it, and a start within ``reuse_s`` waits for that same answer rather
+    than asking again."""
+    gpu = Slow(4242)
+    later = other_processes_later([gpu], now=200.0)          # returns although the library has not answered
+    assert gpu.asked == 0
+    gpu.answer.set()
+    assert later() == [{4242}] and gpu.asked == 1
+    gpu.pids = [4242, 5151]
+    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=200.03) == [{4242}] and gpu.asked == 1
+    waiting = Slow(77)
+    later = other_processes_later([waiting], now=300.0)
+    started = threading.Timer(0.05, waiting.answer.set)
+    started.start()
+    assert other_processes([waiting], reuse_s=PROCESS_LIST_REUSE_S, now=300.01) == [{77}]   # waited for it
+    assert later() == [{77}] and waiting.asked == 1
+    started.join()
+
+
+def test_a_background_list_that_fails_is_empty_for_a_library_error_and_raised_otherwise():
+    refused = Slow(fails=DeviceError("nvmlDeviceGetComputeRunningProcesses: not supported"))
+    refused.answer.set()
+    assert other_processes_later([refused], now=400.0)() == [set()]
+    broken = Slow(fails=RuntimeError("a bug"))
+    broken.answer.set()
+    with pytest.raises(RuntimeError, match="a bug"):
+        other_processes_later([broken], now=500.0)()
+
+
+def _list_in_child(queue: Any) -> None:
+    gpu = Listed(31337)
+    queue.put(other_processes_later([gpu])())
+
+
+def test_a_forked_child_asks_on_a_thread_of_its_own():
+    """The thread that asks belongs to the process that started it: a child forked after a region
+    (a test's own multiprocessing) asks on its own, rather than waiting for a thread it lacks."""
+    other_processes_later([Listed(1)])()                      # this process's thread is running
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_list_in_child, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=20) == [{31337}]
+    finally:
+        child.join(20)
+    assert child.exitcode == 0
 
 
 def test_another_devices_list_is_never_reused():

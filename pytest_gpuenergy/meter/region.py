@@ -15,6 +15,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,7 @@ class Region:
         if align is not None:
             align(self)
         self.others = other_processes([r.gpu for r in self.recorders], reuse_s=PROCESS_LIST_REUSE_S)
+        self._others_after: Callable[[], list[set[int]]] | None = None     # the end's list (``end``)
         self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
         self.host_marks = [host.mark()] if host is not None else []
@@ -114,8 +116,9 @@ class Region:
             self.host_marks.append(self.host.mark())
         self.work_source = self.backend.sim_work_source()
         self.thread_cpu_s = sum(r.cpu_s() for r in self.recorders) - self._cpu_at_start
-        after = other_processes([r.gpu for r in self.recorders])
-        self.others = [a | b for a, b in zip(self.others, after)]
+        gpus = [r.gpu for r in self.recorders]
+        # in real time on a thread of its own (the test goes on); on a virtual clock at once, as all there
+        self._others_after = other_processes_later(gpus, background=self.backend.virtual_clock is None)
         for recorder in self.recorders:          # what is already known to have failed fails now
             try:
                 recorder.raise_error()
@@ -151,6 +154,9 @@ class Region:
         if self.readings:
             return self.readings
         readings, first_error = [], None
+        if self._others_after is not None:
+            self.others = [a | b for a, b in zip(self.others, self._others_after())]
+            self._others_after = None
         for recorder, pids in zip(self.recorders, self.others):
             try:
                 limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
@@ -359,8 +365,10 @@ def _check_moving(recorder: Recorder, reads: list, period: float) -> None:
 
 
 # By the device object (a backend's own: two simulated machines in one process share UUIDs): when its
-# list was asked (time.monotonic), the PIDs.
-_process_lists: weakref.WeakKeyDictionary[Gpu, tuple[float, frozenset[int]]] = weakref.WeakKeyDictionary()
+# list was asked (time.monotonic), and the list (a future: a region's end asks in the background).
+_process_lists: weakref.WeakKeyDictionary[Gpu, tuple[float, Future[frozenset[int]]]] = weakref.WeakKeyDictionary()
+# The thread that asks for a region's end's list, by process (a forked child starts its own).
+_listers: dict[int, ThreadPoolExecutor] = {}
 
 
 def other_processes(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, now: float | None = None) -> list[set[int]]:
@@ -368,22 +376,61 @@ def other_processes(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, now: float | N
 
     Under a PID namespace (a container) the library reports host PIDs, so this process's own PID may not
     be in the list; then one listed process is taken to be this one and only a second is "other".
-    ``reuse_s``: a list asked at most that long ago (``now``, on ``time.monotonic``) stands for a new one:
-    the library's call is one of its slower ones, and a suite of short tests asked it twice a test.
+    ``reuse_s``: a list asked at most that long ago (``now``, on ``time.monotonic``) stands for a new one
+    (waiting for it, if it is still being asked): the library's call is one of its slower ones (232 us
+    on an H200), and a suite of short tests asked it twice a test.
     """
-    me = os.getpid()
+    return _others(gpus, _asked(gpus, reuse_s, now, background=False))
+
+
+def other_processes_later(gpus: Sequence[Gpu], *, background: bool = True,
+                          now: float | None = None) -> Callable[[], list[set[int]]]:
+    """:func:`other_processes` asked now, on a thread of its own where ``background``: what the returned
+    function gives (waiting for it if need be). A region's end asks so, and its figure, worked out
+    later, takes the answer: the list is the one at the end, and the test does not wait for the
+    library meanwhile (the next region's start reuses it, see ``reuse_s``)."""
+    asked = _asked(gpus, 0.0, now, background=background)
+    return lambda: _others(gpus, asked)
+
+
+def _asked(gpus: Sequence[Gpu], reuse_s: float, now: float | None, *, background: bool) -> list[Future[frozenset[int]]]:
     now = time.monotonic() if now is None else now
     found = []
     for gpu in gpus:
         kept = _process_lists.get(gpu)
         if reuse_s > 0 and kept is not None and 0.0 <= now - kept[0] <= reuse_s:
-            pids = set(kept[1])
+            found.append(kept[1])
+            continue
+        if background:
+            future = _lister().submit(_listed, gpu)
         else:
-            try:
-                pids = set(gpu.processes())
-            except DeviceError:
-                pids = set()
-            _process_lists[gpu] = (now, frozenset(pids))
+            future = Future()
+            future.set_result(_listed(gpu))
+        _process_lists[gpu] = (now, future)
+        found.append(future)
+    return found
+
+
+def _listed(gpu: Gpu) -> frozenset[int]:
+    try:
+        return frozenset(gpu.processes())
+    except DeviceError:
+        return frozenset()
+
+
+def _lister() -> ThreadPoolExecutor:
+    pid = os.getpid()
+    lister = _listers.get(pid)
+    if lister is None:
+        lister = _listers[pid] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuenergy-processes")
+    return lister
+
+
+def _others(gpus: Sequence[Gpu], asked: Sequence[Future[frozenset[int]]]) -> list[set[int]]:
+    me = os.getpid()
+    found = []
+    for gpu, future in zip(gpus, asked):
+        pids = set(future.result())
         if me in pids:
             pids.discard(me)
         elif len(pids) == 1 and not gpu.simulated:
