@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -194,6 +195,23 @@ def test_a_background_list_that_fails_is_empty_for_a_library_error_and_raised_ot
         other_processes_later([broken], now=500.0)()
 
 
+
+def test_one_named_thread_asks_for_every_region_one_list_at_a_time():
+    """However many regions end meanwhile, one thread (named, for a user's ``py-spy dump``) asks the
+    library, in turn: two lists asked while the library is slow leave the second waiting for the first."""
+    first, second = Slow(1), Slow(2)
+    first_later = other_processes_later([first], now=600.0)
+    second_later = other_processes_later([second], now=600.001)
+    askers = [t for t in threading.enumerate() if t.name.startswith("gpuenergy-processes")]
+    assert len(askers) == 1, askers
+    second.answer.set()
+    time.sleep(0.05)
+    assert second.asked == 0                                        # still queued behind the first
+    first.answer.set()
+    assert first_later() == [{1}] and second_later() == [{2}]
+    assert len([t for t in threading.enumerate() if t.name.startswith("gpuenergy-processes")]) == 1
+
+
 def _list_in_child(queue: Any) -> None:
     gpu = Listed(31337)
     queue.put(other_processes_later([gpu])())
@@ -208,9 +226,12 @@ def test_a_forked_child_asks_on_a_thread_of_its_own():
     child = context.Process(target=_list_in_child, args=(queue,))
     child.start()
     try:
-        assert queue.get(timeout=20) == [{31337}]
+        assert queue.get(timeout=10) == [{31337}]
     finally:
-        child.join(20)
+        child.join(10)
+        if child.is_alive():        # waiting for a thread it lacks: never leave it behind
+            child.kill()
+            child.join()
     assert child.exitcode == 0
 
 
