@@ -8,7 +8,9 @@ own calls a test makes: the GPU lock, the hand-over of the GPUs and (simulator) 
 over, the meter and its recorders, a region's start and end, the running processes and the limit
 read at its edges, working a figure out. Each wrapper costs about a microsecond, so a part's figure
 is its own time give or take that; parts nest (a region's end includes the processes it lists),
-so they do not add up. Nothing is changed: every wrapped call runs as it would. The figures say
+so they do not add up. In real time a region's end asks for the running processes on a thread of
+its own (since 2026-11-28): that part then counts the thread's time, not the test's (it waits for
+the GIL there while a test runs Python). Nothing is changed: every wrapped call runs as it would. The figures say
 where a real GPU's milliseconds go, which the whole-process timing cannot.
 """
 
