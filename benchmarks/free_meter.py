@@ -1,4 +1,4 @@
-"""A stand-in for ``energy_all_overhead.py --floor``: the plugin's pytest glue with its GPU work made free.
+"""For ``energy_all_overhead.py``'s floor run: the plugin's pytest glue with its GPU work made free.
 
 Loaded as a pytest plugin (``-p free_meter``, ``benchmarks/`` on ``PYTHONPATH``) beside
 ``--energy-all``, it replaces the three calls a test's measurement makes with ones that do nothing:

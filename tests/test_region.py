@@ -212,6 +212,36 @@ def test_one_named_thread_asks_for_every_region_one_list_at_a_time():
     assert len([t for t in threading.enumerate() if t.name.startswith("gpuenergy-processes")]) == 1
 
 
+
+def test_a_figure_tried_before_its_publications_does_not_wait_for_the_ends_process_list(wall_backend, monkeypatch):
+    """Between tests every pending figure is tried at no cost: a try that finds the publications still
+    to come returns at once, even while the library is still answering the end's question; the
+    figure, once its publications are there, names what that answer listed."""
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    gpu = wall_backend.select(None)[0]
+    answer = threading.Event()
+    listed = gpu.processes
+
+    def slow_processes() -> list[int]:
+        if threading.current_thread().name.startswith("gpuenergy-processes"):
+            assert answer.wait(10)
+            return [*listed(), 4242]
+        return listed()
+
+    monkeypatch.setattr(gpu, "processes", slow_processes)
+    pending = []
+    meter = EnergyMeter(wall_backend, [gpu], on_result=pending.append)
+    with meter:
+        time.sleep(0.01)
+    started = time.monotonic()
+    assert pending[0].try_resolve() is None               # the publications after it are still to come
+    assert time.monotonic() - started < 1.0
+    answer.set()
+    notes = meter.result.notes
+    assert any("also used by process 4242 " in note for note in notes), notes
+
+
 def _list_in_child(queue: Any) -> None:
     gpu = Listed(31337)
     queue.put(other_processes_later([gpu])())

@@ -154,10 +154,7 @@ class Region:
         if self.readings:
             return self.readings
         readings, first_error = [], None
-        if self._others_after is not None:
-            self.others = [a | b for a, b in zip(self.others, self._others_after())]
-            self._others_after = None
-        for recorder, pids in zip(self.recorders, self.others):
+        for recorder in self.recorders:
             try:
                 limit_w = self.cap.enforced_w.get(recorder.gpu.uuid, recorder.max_limit_w)
                 reading = resolve_reading(recorder, self.t0, self.t1, limit_w, wait=wait)
@@ -166,8 +163,10 @@ class Region:
                 continue
             if reading is None:
                 return None
-            readings.append(self._noted(reading, recorder, pids))
+            readings.append(reading)
         if first_error is None:
+            readings = [self._noted(reading, recorder, pids)
+                        for reading, recorder, pids in zip(readings, self.recorders, self._other_pids())]
             self.phases = [self._phases_of(recorder, reading) for recorder, reading in zip(self.recorders, readings)]
             self.op_classes = [self._phases_of(recorder, reading, self.op_marks, "op classes")
                                for recorder, reading in zip(self.recorders, readings)]
@@ -176,6 +175,15 @@ class Region:
             raise first_error
         self.readings = readings
         return readings
+
+    def _other_pids(self) -> list[set[int]]:
+        """Per GPU, the other processes listed at the region's start or end: the end's list is taken
+        (waited for, if still being asked) only once the figure is there, never by a try that finds
+        the publications still to come."""
+        if self._others_after is not None:
+            self.others = [a | b for a, b in zip(self.others, self._others_after())]
+            self._others_after = None
+        return self.others
 
     def _phases_of(self, recorder: Recorder, reading: RegionEnergy, marks: list[tuple[str, float, float]] | None = None,
                    what: str = "phases") -> dict[str, PhaseFigures] | None:
