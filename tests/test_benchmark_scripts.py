@@ -377,6 +377,23 @@ def test_energy_all_overhead_splits_what_a_session_pays_once_from_what_each_test
     assert found["per_test_ms"] == pytest.approx(2.3 / 599 * 1000.0)
 
 
+def test_energy_all_overhead_times_pairs_only_after_one_untimed_run_of_each(monkeypatch) -> None:
+    """The first process in a fresh bytecode cache compiles what it imports (the main job's first run:
+    27.5 s against 21 s): it runs untimed, once each way, and the ABBA pairs follow it."""
+    calls = []
+
+    def fake_timed(command, cwd, env):
+        calls.append("--energy-all" in command)
+        return (30.0, 30.0) if len(calls) == 1 else (2.2, 2.2) if calls[-1] else (2.0, 2.0)
+
+    monkeypatch.setattr(energy_all_overhead, "timed", fake_timed)
+    found = energy_all_overhead.ratio(["pytest"], Path("."), {}, pairs=3)
+    assert calls == [True, False, True, False, False, True, True, False]
+    assert found["warm_up_s"] == [30.0, 2.0]
+    assert found["with_s"] == [2.2] * 3 and found["without_s"] == [2.0] * 3
+    assert found["overhead"] == pytest.approx(0.1)
+
+
 def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing(pytester, monkeypatch):
     """The timing plugin a real GPU's session runs (``energy_all_overhead.py --parts``): 3 plain tests
     under ``--energy-all`` give one lock, one meter and one region a test, the simulator's world
