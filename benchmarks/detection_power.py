@@ -426,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = []
     if headline["available"]:
         se1 = math.sqrt(GOAL_FALSE_ALARM * (1 - GOAL_FALSE_ALARM) / args.headline_trials)
-        verdict = "GOAL MET" if headline["goal_met"] else "GOAL NOT MET"
+        # The first goal (issue 25), out of reach at n = 5 for any test; the tracked one is in the goals list.
+        verdict = f"The original goal (issue 25) {'met' if headline['goal_met'] else 'NOT met'}"
         parts = "; ".join(
             f"ets:{s['setting'][4:]} {fmt_rate(s['detection'])} detected (+-{100 * s['detection_se']:.1f}), "
             f"{fmt_rate(s['false_alarm'])} false alarms (+-{100 * s['false_alarm_se']:.2f})" for s in headline["gate"])
