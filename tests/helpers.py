@@ -43,7 +43,8 @@ DEAD_PID = 2**31 - 2
 # the plugins the compatibility matrix (test_compat.py) tries the plugin beside: installed for it,
 # they would reorder (randomly), warn (asyncio) or print (benchmark) in every other child session;
 # each test of the matrix turns on the one it tries.
-COMPAT_PLUGINS = ("randomly", "asyncio", "benchmark", "pytest_cov", "rerunfailures", "repeat")
+COMPAT_PLUGINS = ("randomly", "asyncio", "benchmark", "pytest_cov", "rerunfailures", "repeat", "syrupy", "regressions",
+                  "pytest-datadir")
 CHILD_PYTEST_ADDOPTS = " ".join(f"-p no:{name}" for name in ("hypothesispytest", *COMPAT_PLUGINS))
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(BENCH))
 import detection_power  # noqa: E402
 import energy_all_overhead  # noqa: E402
 import run_all  # noqa: E402
+import third_party  # noqa: E402
 
 
 def test_detection_power_writes_its_grid_and_the_gate_holds_its_false_alarm_rate(tmp_path):
@@ -441,3 +442,20 @@ def test_free_meter_leaves_the_glue_and_takes_the_gpu_work_away_only_under_energ
     plain = pytester.runpytest_subprocess("-p", "free_meter", "-s")
     plain.assert_outcomes(passed=2)
     assert "LEASE KEPT" in plain.stdout.str()
+
+
+def test_third_party_measured_runs_must_end_each_test_at_both_caps_as_without_the_plugin():
+    without = {"t.py::test_x": "PASSED", "t.py::T::test_y[k]": "PASSED", "t.py::test_z": "PASSED",
+               "t.py::U::test_u": "FAILED", "t.py::test_gone": "PASSED", "[1]": "SKIPPED"}
+    measured = {"t.py::test_x[60%]": "PASSED", "t.py::test_x[100%]": "PASSED",
+                "t.py::T::test_y[k-60%]": "PASSED", "t.py::T::test_y[k-100%]": "FAILED",   # fails at one cap
+                "t.py::test_z[60%]": "PASSED",                                             # ran at one cap only
+                "t.py::U::test_u": "FAILED",                                               # unittest: once, no cap
+                "[2]": "SKIPPED"}
+    assert third_party.per_cap(measured)["t.py::T::test_y[k]"] == ["PASSED", "FAILED"]
+    assert third_party.measured_differences(measured, without) == ["t.py::T::test_y[k]", "t.py::test_gone", "t.py::test_z"]
+    measured.update({"t.py::T::test_y[k-100%]": "PASSED", "t.py::test_z[100%]": "PASSED",
+                     "t.py::test_gone[60%]": "PASSED", "t.py::test_gone[100%]": "PASSED"})
+    assert third_party.measured_differences(measured, without) == []
+    measured["t.py::U::test_u"] = "PASSED"
+    assert third_party.measured_differences(measured, without) == ["t.py::U::test_u"]

@@ -543,6 +543,104 @@ def test_matrix_hypothesis_examples_are_the_repetitions_of_one_case(pytester, mo
     assert examples > 2 and [(c["case_id"], c["n"]) for c in cases] == [("test_h.py::test_property", examples)]
 
 
+def test_matrix_hypothesis_methods_run_at_every_cap_as_a_parametrised_test_does(pytester, monkeypatch):
+    """Found in attrs' own suite (1,347 tests): with ``--energy-all --gpu-caps=60%,100%`` 59 of its
+    ``@given`` methods failed at their second cap with Hypothesis's ``differing_executors`` health
+    check (each cap runs the method on a new instance of its class), though the suite passes
+    without the plugin and a method parametrised by hand passes too."""
+    enable(monkeypatch, "hypothesispytest")
+    pytester.makepyfile(test_h=textwrap.dedent(
+        """
+        import pytest
+        from hypothesis import given, settings, strategies as st
+
+        class TestProperties:
+            @settings(max_examples=5)
+            @given(st.integers())
+            def test_method(self, x):
+                assert isinstance(x, int)
+
+            @pytest.mark.parametrize("k", [1, 2])
+            @settings(max_examples=5)
+            @given(st.integers())
+            def test_parametrised_method(self, k, x):
+                assert isinstance(x, int)
+
+        @settings(max_examples=5)
+        @given(st.integers())
+        def test_function(x):
+            assert isinstance(x, int)
+        """
+    ))
+    plain = pytester.runpytest("-p", "hypothesispytest", "-p", "no:gpuenergy")
+    plain.assert_outcomes(passed=4)
+    for extra in ((), ("-p", "xdist", "-n", "2")):
+        result = pytester.runpytest_subprocess("-p", "hypothesispytest", "--energy-all", "--gpu-caps=60%,100%", "-v", *extra)
+        result.assert_outcomes(passed=8)
+        result.stdout.fnmatch_lines(["*PASSED*test_method?100%?*" if extra else "*test_method?100%? PASSED*"])
+
+
+SNAPSHOT_SUITE = textwrap.dedent(
+    """
+    import unittest
+    import pytest
+
+    def test_snap(snapshot):
+        assert {"a": [1, 2]} == snapshot
+
+    def test_data(data_regression):
+        data_regression.check({"a": 1})
+
+    @pytest.mark.gpu_caps("60%")
+    def test_snap_at_a_cap_of_its_own(snapshot):
+        assert 3 == snapshot
+
+    def test_plain():
+        pass
+
+    class TestOld(unittest.TestCase):
+        def test_old(self):
+            pass
+    """
+)
+
+
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_matrix_snapshots_and_regression_files_named_after_the_test_run_once_under_energy_all(pytester, monkeypatch, workers):
+    """Found trying syrupy and pytest-regressions (2026-11-28): with ``--energy-all --gpu-caps=60%,100%``
+    a snapshot test ran as ``test_snap[60%]`` and failed (no snapshot of that name), and a
+    data_regression test failed and wrote ``test_data_60__.yml`` into the project. Such a test now
+    runs once, at the current limit, and the end of the session says which and why (from pytest-xdist's
+    workers too, as it says of a unittest.TestCase method, which pytest cannot run once per cap)."""
+    enable(monkeypatch, "syrupy", "regressions", "pytest-datadir")
+    pytester.makepyfile(test_s=SNAPSHOT_SUITE)
+    pytester.runpytest("-p", "syrupy", "-p", "regressions", "-p", "no:gpuenergy", "--snapshot-update")
+    pytester.runpytest("-p", "syrupy", "-p", "regressions", "-p", "no:gpuenergy").assert_outcomes(passed=5)
+    def stored_results() -> list[str]:      # syrupy's and pytest-regressions' folders in the project
+        return sorted(str(p.relative_to(pytester.path)) for folder in ("__snapshots__", "test_s")
+                      for p in (pytester.path / folder).iterdir() if p.suffix != ".lock")   # (syrupy's, under xdist)
+
+    stored = stored_results()
+    assert stored == ["__snapshots__/test_s.ambr", "test_s/test_data.yml"]
+    result = pytester.runpytest_subprocess("-p", "syrupy", "-p", "regressions", "--energy-all", "--gpu-caps=60%,100%",
+                                           "--energy-json=report.json", "-rA", *workers)
+    # test_plain at each cap; the rest once; the test with caps of its own at its cap, under a name with the
+    # cap, for which no snapshot was stored: the marker is the way to measure such a test at caps all the same
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_s.py::test_snap_at_a_cap_of_its_own[[]60%[]]*"])
+    assert stored_results() == stored and (pytester.path / "__snapshots__/test_s.ambr").stat().st_size > 0
+    cases = {c["case_id"]: c["cap"] for c in json.loads((pytester.path / "report.json").read_text())["runs"][0]["cases"]}
+    assert cases == {"test_s.py::test_snap": "current", "test_s.py::test_data": "current",
+                     "test_s.py::test_plain[60%]": "60%",
+                     "test_s.py::test_plain[100%]": "100%", "test_s.py::TestOld::test_old": "current"}
+    text = " ".join(result.stdout.str().split())
+    assert ("gpuenergy: note: 1 test ran once, at the GPU's current limit, not once per cap: it takes snapshot (syrupy), "
+            "which keeps results under the test's name") in text and text.count("it takes snapshot (syrupy)") == 1
+    assert "it takes data_regression (pytest-regressions)" in text
+    assert ("pytest cannot run a unittest.TestCase method once per setting; write it as test functions to measure every "
+            "cap: test_s.py::TestOld::test_old") in text
+
+
 def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):
     enable(monkeypatch, "repeat")
     pytester.makepyfile(test_r="def test_r(gpu_power_cap, energy_meter):\n    with energy_meter:\n        pass\n")

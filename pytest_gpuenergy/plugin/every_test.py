@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 FIXTURE = "_gpuenergy_every_test"
 # The power cap of a test that does not take gpu_power_cap: the same marker and option, another fixture.
-EVERY_TEST_KNOB = Knob(FIXTURE, "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
+EVERY_TEST_KNOB = Knob(FIXTURE, "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap",
+                       spares_named_results=True)
 METER_KEY = pytest.StashKey["EnergyMeter"]()
 LEASE_FIXTURE = "_gpuenergy_lease"      # the fixtures.py fixture that holds a test's GPUs
 

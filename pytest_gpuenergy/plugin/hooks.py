@@ -47,6 +47,7 @@ _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while 
 _DESELECTED_KEY = pytest.StashKey[list]()        # node ids -k/-m deselected (a budgets file may name them)
 _WORKER_OUTPUT = "gpuenergy_cases"
 _WORKER_ERRORS = "gpuenergy_errors"
+_WORKER_NOTES = "gpuenergy_notes"       # the tests each worker ran once (see notice_lines)
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
 _WORKER_GPU_ORDER = "gpuenergy_gpu_order"        # the GPUs' order the controller chose (free ones first)
 _KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
@@ -261,6 +262,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for knob, values in _knobs(state):
         knobs.keep_own_settings(items, knob, values)
+        knobs.mark_for_hypothesis(items, knob)
     for item in items:
         try:
             item.stash[_BUDGETS_KEY] = budgets_of(item)
@@ -450,6 +452,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         output[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"
         output[_WORKER_ERRORS] = list(energy.errors) if energy is not None else []
+        output[_WORKER_NOTES] = [energy.unparametrised, energy.named_once] if energy is not None else [{}, {}]
         return
     if not state.reports or energy is None:    # torchrun: every rank holds the total; rank 0 saves it
         return
@@ -505,6 +508,11 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
             if exported:
                 session.import_cases(exported)
             session.errors += errors
+    notes = output.get(_WORKER_NOTES)
+    if notes and any(notes) and state.session is not None:       # tests run once, each said once
+        for kept, found in zip((state.session.unparametrised, state.session.named_once), notes):
+            for fixture, tests in found.items():
+                kept.setdefault(fixture, []).extend(tests)
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
@@ -533,7 +541,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width)
+    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width,
+                           session.named_once)
     outcome = config.stash.get(_OUTCOME_KEY, None)
     if not session.cases and not notices and not (outcome is not None and outcome.errors):
         return

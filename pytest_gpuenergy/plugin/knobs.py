@@ -33,6 +33,9 @@ class Knob:
     what: str                       # "cap", for messages
     example: str                    # "150, '60%'"
     skipped_property: str           # user property on a case skipped for its setting (reaches xdist's controller)
+    # --energy-all's cap: a test it was not written for runs once, at the current limit, where running it
+    # once per cap would put the cap into the names of the results it keeps (``named_after_the_test``)
+    spares_named_results: bool = False
 
 
 def uses_plugin_fixture(node: Any, name: str) -> bool:
@@ -46,6 +49,32 @@ def uses_plugin_fixture(node: Any, name: str) -> bool:
         return False
     func = definitions[-1].func             # the nearest definition wins, as pytest resolves it
     return getattr(func, "__module__", None) in _PLUGIN_MODULES and getattr(func, "__name__", None) == name
+
+
+# Plugins that keep a test's results (snapshots, regression files) under the test's name, cap id and
+# all: run once per cap, ``test_x[60%]`` finds no snapshot of ``test_x`` and fails (syrupy), or
+# writes a new file into the project and fails (pytest-regressions). By the fixture's top module.
+_NAMED_AFTER_THE_TEST = {
+    "syrupy": ("snapshot",),
+    "pytest_snapshot": ("snapshot",),
+    "pytest_regressions": ("data_regression", "dataframe_regression", "file_regression", "image_regression",
+                           "ndarrays_regression", "num_regression"),
+}
+
+
+def named_after_the_test(node: Any) -> str | None:
+    """The first fixture ``node`` takes that keeps results under the test's name, as ``"snapshot
+    (syrupy)"``; None without one."""
+    info = getattr(node, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        definitions = info.name2fixturedefs.get(name) or ()
+        module = (getattr(definitions[-1].func, "__module__", None) or "") if definitions else ""
+        plugin = module.split(".")[0]
+        if name in _NAMED_AFTER_THE_TEST.get(plugin, ()):
+            return f"{name} ({plugin.replace('_', '-')})"
+    return None
 
 
 def marker_settings(node: Any, knob: Knob) -> list[Any] | None:
@@ -82,6 +111,8 @@ def parametrize(metafunc: pytest.Metafunc, knob: Knob, session_values: Sequence[
         per_parameter_set = _parameter_set_settings(definition, knob)
     except CapSyntaxError as exc:
         return f"{definition.nodeid}: {exc}"
+    if knob.spares_named_results and own is None and not per_parameter_set and named_after_the_test(definition):
+        return None         # once, at the current limit (``_note_unparametrised`` says so at the end)
     values = list(own if own is not None else session_values)
     values += [v for v in per_parameter_set if v not in values]
     if values:
@@ -109,6 +140,22 @@ def keep_own_settings(items: list[pytest.Item], knob: Knob, session_values: Sequ
         if value is not None and any(v.label == value.label for v in own):
             kept.append(item)
     items[:] = kept
+
+
+def mark_for_hypothesis(items: list[pytest.Item], knob: Knob) -> None:
+    """Give a Hypothesis test that ``parametrize`` ran once per setting the ``parametrize`` mark that
+    Hypothesis looks for: its pytest plugin treats a test with one as parametrised (each case its own
+    database key, and no ``differing_executors`` health check, which a ``@given`` method run for a
+    second setting with a new instance of its class failed). ``metafunc.parametrize`` leaves no mark,
+    so without this every such method failed at its second cap, in a suite that passes without the
+    plugin (Hypothesis 6.x, its issue 3733)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or knob.fixture not in callspec.params:
+            continue
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False) is True:
+            value = callspec.params[knob.fixture]
+            item.add_marker(pytest.mark.parametrize(knob.fixture, [value], indirect=True, ids=[value.label]))
 
 
 def _has_parameter_set_settings(item: pytest.Item, knob: Knob) -> bool:
@@ -184,12 +231,18 @@ def held_setting(request: pytest.FixtureRequest, session: Any, capper: Any, knob
 
 def _note_unparametrised(request: pytest.FixtureRequest, session: Any, knob: Knob) -> None:
     """A test that would have settings but runs without: pytest could not parametrise it (a
-    unittest.TestCase method, ``request.getfixturevalue``): it runs once, unchanged, and the end of
-    the session says so instead of leaving it unsaid."""
-    wanted = session.options.caps if knob.fixture == "gpu_power_cap" else session.options.clocks
+    unittest.TestCase method, ``request.getfixturevalue``), or ``--energy-all`` spared its results
+    named after it (``named_after_the_test``): it runs once, unchanged, and the end of the session
+    says so instead of leaving it unsaid."""
+    wanted = session.options.clocks if knob.fixture == "gpu_clock_cap" else session.options.caps
     try:
         wanted = marker_settings(request.node, knob) or wanted
     except CapSyntaxError:
         pass
-    if wanted:
+    if not wanted:
+        return
+    named = named_after_the_test(request.node) if knob.spares_named_results else None
+    if named is not None:
+        session.named_once.setdefault(named, []).append(request.node.nodeid)
+    else:
         session.unparametrised.setdefault(knob.fixture, []).append(request.node.nodeid)

@@ -322,7 +322,8 @@ def skipped_lines(skipped: Sequence, width: int) -> list[str]:
 
 
 def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequence[str],
-                 unparametrised: Mapping[str, Sequence[str]], width: int) -> list[str]:
+                 unparametrised: Mapping[str, Sequence[str]], width: int,
+                 named_once: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """What the user should know at the end of a session, as lines: the plugin never says it with a
     warning, which a suite's ``filterwarnings = error`` would turn into a failed test."""
     lines = []
@@ -337,11 +338,22 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
                       f"notes say how wide); measure with energy_meter.measure(fn), which repeats the work until it is "
                       f"long enough (a test that does: a longer min_time): {', '.join(cases[:5])}{' ...' if len(cases) > 5 else ''}", width)
     for fixture, tests in unparametrised.items():
-        count = len(tests)
+        count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
+        if fixture.startswith("_gpuenergy"):      # --energy-all's own: the test took no fixture of the plugin
+            lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current "
+                          f"limit, not once per cap: pytest cannot run a unittest.TestCase method once per setting; "
+                          f"write {'them' if count != 1 else 'it'} as test functions to measure every cap: {listed}", width)
+            continue
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "
                       f"a test once per setting (a unittest.TestCase method, request.getfixturevalue): "
                       f"{'they' if count != 1 else 'it'} ran once, at the GPU's current setting; take the fixture as "
-                      f"an argument of a test function instead: {', '.join(tests[:5])}{' ...' if count > 5 else ''}", width)
+                      f"an argument of a test function instead: {listed}", width)
+    for fixture, tests in (named_once or {}).items():
+        count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
+        lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current limit, "
+                      f"not once per cap: {'they take' if count != 1 else 'it takes'} {fixture}, which keeps results "
+                      f"under the test's name, and a cap in the name would miss them (@pytest.mark.gpu_caps(...) on "
+                      f"such a test runs it at its caps, under names with the cap): {listed}", width)
     return lines
 
 
