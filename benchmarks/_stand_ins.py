@@ -135,6 +135,6 @@ def write_suite(folder: Path, mode: str = "train", names: tuple[str, ...] | None
     suite.mkdir(parents=True, exist_ok=True)
     (suite / "test_energy_suite.py").write_text(TEST_MODULE % json.dumps(workloads), encoding="utf-8")
     # The repository's pytest settings (pyproject.toml's addopts), so that the sessions load the same plugins.
-    (folder / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly -p no:asyncio -p no:benchmark -p no:syrupy -p no:regressions -p no:pytest-datadir\n",
-                                       encoding="utf-8")
+    addopts = "-p no:randomly -p no:asyncio -p no:benchmark -p no:syrupy -p no:regressions -p no:pytest-datadir -p no:dependency"
+    (folder / "pytest.ini").write_text(f"[pytest]\naddopts = {addopts}\n", encoding="utf-8")
     return suite

@@ -46,7 +46,7 @@ NAME = "energy_all_overhead"
 SHORT_GOAL = 0.10
 MAIN_JOB_GOAL = 0.02
 _OFF = ["-p", "no:randomly", "-p", "no:asyncio", "-p", "no:benchmark", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-        "-p", "no:syrupy", "-p", "no:regressions", "-p", "no:pytest-datadir"]
+        "-p", "no:syrupy", "-p", "no:regressions", "-p", "no:pytest-datadir", "-p", "no:dependency"]
 
 
 def short_suite(folder: Path, count: int = 600, seconds: float = 0.005, name: str = "test_short.py") -> None:

@@ -634,11 +634,42 @@ def test_matrix_snapshots_and_regression_files_named_after_the_test_run_once_und
                      "test_s.py::test_plain[60%]": "60%",
                      "test_s.py::test_plain[100%]": "100%", "test_s.py::TestOld::test_old": "current"}
     text = " ".join(result.stdout.str().split())
-    assert ("gpuenergy: note: 1 test ran once, at the GPU's current limit, not once per cap: it takes snapshot (syrupy), "
-            "which keeps results under the test's name") in text and text.count("it takes snapshot (syrupy)") == 1
-    assert "it takes data_regression (pytest-regressions)" in text
+    assert ("gpuenergy: note: 1 test ran once, at the GPU's current limit, not once per cap: with snapshot (syrupy), "
+            "results are kept under the test's name, and a cap in the name would miss them") in text
+    assert text.count("with snapshot (syrupy)") == 1 and "with data_regression (pytest-regressions)" in text
     assert ("pytest cannot run a unittest.TestCase method once per setting; write it as test functions to measure every "
             "cap: test_s.py::TestOld::test_old") in text
+
+
+def test_matrix_pytest_dependency_finds_its_tests_under_energy_all(pytester, monkeypatch):
+    """Found trying pytest-dependency (2026-11-28): under ``--energy-all --gpu-caps`` ``test_b``, which
+    depends on ``test_a``, was skipped at every cap, because no test was named ``test_a`` any more.
+    Tests with its mark run once, at the current limit, under their own names; pytest-order's
+    ``after=`` finds parametrised tests as they are."""
+    enable(monkeypatch, "dependency")
+    pytester.makepyfile(test_d=textwrap.dedent(
+        """
+        import pytest
+
+        @pytest.mark.dependency()
+        def test_a():
+            pass
+
+        @pytest.mark.dependency(depends=["test_a"])
+        def test_b():
+            pass
+
+        def test_c():
+            pass
+        """
+    ))
+    assert same_outcome_without_the_plugin(pytester, "-p", "dependency") == {"passed": 3}
+    result = pytester.runpytest("-p", "dependency", "--energy-all", "--gpu-caps=60%,100%", "-rA")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["PASSED test_d.py::test_a", "PASSED test_d.py::test_b", "PASSED test_d.py::test_c[[]60%[]]",
+                                 "PASSED test_d.py::test_c[[]100%[]]"], consecutive=False)
+    assert ("2 tests ran once, at the GPU's current limit, not once per cap: with pytest-dependency's dependency "
+            "mark, tests find each other by name") in " ".join(result.stdout.str().split())
 
 
 def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):

@@ -51,29 +51,33 @@ def uses_plugin_fixture(node: Any, name: str) -> bool:
     return getattr(func, "__module__", None) in _PLUGIN_MODULES and getattr(func, "__name__", None) == name
 
 
-# Plugins that keep a test's results (snapshots, regression files) under the test's name, cap id and
-# all: run once per cap, ``test_x[60%]`` finds no snapshot of ``test_x`` and fails (syrupy), or
-# writes a new file into the project and fails (pytest-regressions). By the fixture's top module.
+# Plugins that find a test by its name, cap id and all: run once per cap, ``test_x[60%]`` finds no
+# snapshot of ``test_x`` and fails (syrupy), writes a new file into the project and fails
+# (pytest-regressions), or is not the ``test_x`` other tests depend on, which are then skipped
+# (pytest-dependency). The fixtures by their top module; the marks by their plugin's pytest11 name.
 _NAMED_AFTER_THE_TEST = {
     "syrupy": ("snapshot",),
     "pytest_snapshot": ("snapshot",),
     "pytest_regressions": ("data_regression", "dataframe_regression", "file_regression", "image_regression",
                            "ndarrays_regression", "num_regression"),
 }
+_FOUND_BY_NAME = {"dependency": "dependency"}
 
 
 def named_after_the_test(node: Any) -> str | None:
-    """The first fixture ``node`` takes that keeps results under the test's name, as ``"snapshot
-    (syrupy)"``; None without one."""
+    """Why ``node`` is found by its name (``"with snapshot (syrupy), results are kept under the test's
+    name"``), or None: a fixture it takes, or a mark it carries, of a plugin that finds it so."""
     info = getattr(node, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for name in info.names_closure:
-        definitions = info.name2fixturedefs.get(name) or ()
+    closure: dict[str, Sequence[Any]] = info.name2fixturedefs if info is not None else {}
+    for name in info.names_closure if info is not None else ():
+        definitions = closure.get(name) or ()
         module = (getattr(definitions[-1].func, "__module__", None) or "") if definitions else ""
         plugin = module.split(".")[0]
         if name in _NAMED_AFTER_THE_TEST.get(plugin, ()):
-            return f"{name} ({plugin.replace('_', '-')})"
+            return f"with {name} ({plugin.replace('_', '-')}), results are kept under the test's name"
+    for mark, plugin in _FOUND_BY_NAME.items():
+        if node.get_closest_marker(mark) is not None and node.config.pluginmanager.has_plugin(plugin):
+            return f"with pytest-{plugin}'s {mark} mark, tests find each other by name"
     return None
 
 

@@ -116,7 +116,7 @@ class EnergySession:
         self.on_result: Callable[[str, EnergyResult], None] | None = None   # each case's figures, once worked out
         self.host: HostRecorder | None = None      # --energy-domains with cpu or dram: the host's counters
         self.unparametrised: dict[str, list[str]] = {}   # fixture -> tests pytest could not run once per setting
-        self.named_once: dict[str, list[str]] = {}       # fixture -> tests run once: their results are named after them
+        self.named_once: dict[str, list[str]] = {}       # why -> tests run once: they are found by their names
         self._cappers: list[PowerCapper | ClockCapper] = []
         self._regions_in_call: dict[str, int] = {}
         self._locks_of: dict[tuple[str, ...], list[Path]] = {}     # see ``_lock_paths``

@@ -348,12 +348,11 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
                       f"a test once per setting (a unittest.TestCase method, request.getfixturevalue): "
                       f"{'they' if count != 1 else 'it'} ran once, at the GPU's current setting; take the fixture as "
                       f"an argument of a test function instead: {listed}", width)
-    for fixture, tests in (named_once or {}).items():
+    for reason, tests in (named_once or {}).items():
         count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current limit, "
-                      f"not once per cap: {'they take' if count != 1 else 'it takes'} {fixture}, which keeps results "
-                      f"under the test's name, and a cap in the name would miss them (@pytest.mark.gpu_caps(...) on "
-                      f"such a test runs it at its caps, under names with the cap): {listed}", width)
+                      f"not once per cap: {reason}, and a cap in the name would miss them (@pytest.mark.gpu_caps(...) "
+                      f"on such a test runs it at its caps, under names with the cap): {listed}", width)
     return lines
 
 
