@@ -43,6 +43,11 @@ FORMAT_VERSION = 1
 
 # The simulator's settings, cleared for a benchmark so that nothing from the caller's shell
 # (faults, noise, another machine description) leaks into its figures.
+# The plugins the dev install brings for the compatibility matrix, off in every child pytest session
+# (as pyproject.toml's addopts turns them off in the suite's own), so each session loads what a plain
+# install would: ["-p", "no:randomly", ...].
+DEV_PLUGINS_OFF = [arg for name in ("randomly", "asyncio", "benchmark", "syrupy", "regressions", "pytest-datadir",
+                                    "dependency", "pytest_mpl") for arg in ("-p", f"no:{name}")]
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE",
            "GPUENERGY_SIM_SEED", "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
 

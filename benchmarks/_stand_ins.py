@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _common as common
+
 TEST_MODULE = '''"""Stand-ins for the reference workloads' steps, written by benchmarks/_stand_ins.py.
 
 Each case has the suite's node id and its compute_bound; its step replays what one step of the real
@@ -135,6 +137,5 @@ def write_suite(folder: Path, mode: str = "train", names: tuple[str, ...] | None
     suite.mkdir(parents=True, exist_ok=True)
     (suite / "test_energy_suite.py").write_text(TEST_MODULE % json.dumps(workloads), encoding="utf-8")
     # The repository's pytest settings (pyproject.toml's addopts), so that the sessions load the same plugins.
-    addopts = "-p no:randomly -p no:asyncio -p no:benchmark -p no:syrupy -p no:regressions -p no:pytest-datadir -p no:dependency"
-    (folder / "pytest.ini").write_text(f"[pytest]\naddopts = {addopts}\n", encoding="utf-8")
+    (folder / "pytest.ini").write_text(f"[pytest]\naddopts = {' '.join(common.DEV_PLUGINS_OFF)}\n", encoding="utf-8")
     return suite

@@ -45,8 +45,7 @@ import _common as common
 NAME = "energy_all_overhead"
 SHORT_GOAL = 0.10
 MAIN_JOB_GOAL = 0.02
-_OFF = ["-p", "no:randomly", "-p", "no:asyncio", "-p", "no:benchmark", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-        "-p", "no:syrupy", "-p", "no:regressions", "-p", "no:pytest-datadir", "-p", "no:dependency"]
+_OFF = [*common.DEV_PLUGINS_OFF, "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 
 
 def short_suite(folder: Path, count: int = 600, seconds: float = 0.005, name: str = "test_short.py") -> None:

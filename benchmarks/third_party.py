@@ -45,8 +45,7 @@ import _common as common
 NAME = "third_party"
 QUIET_GOAL = 0.03        # the plugin may cost a suite that does not use it at most 3 % of its wall time
 _OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
-_OFF = ["-p", "no:randomly", "-p", "no:asyncio", "-p", "no:benchmark", "-p", "no:cacheprovider", "-p", "no:syrupy", "-p", "no:regressions",
-        "-p", "no:pytest-datadir", "-p", "no:dependency"]
+_OFF = [*common.DEV_PLUGINS_OFF, "-p", "no:cacheprovider"]
 
 
 @dataclass(frozen=True)

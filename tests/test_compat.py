@@ -672,6 +672,36 @@ def test_matrix_pytest_dependency_finds_its_tests_under_energy_all(pytester, mon
             "mark, tests find each other by name") in " ".join(result.stdout.str().split())
 
 
+def test_matrix_pytest_mpl_finds_its_baseline_images_under_energy_all(pytester, monkeypatch):
+    """Found trying pytest-mpl (2026-11-28): under ``--energy-all --gpu-caps`` ``test_plot[60%]`` found
+    no baseline image (they are kept under the test's name) and failed at every cap."""
+    enable(monkeypatch, "pytest_mpl")
+    pytester.makepyfile(test_m=textwrap.dedent(
+        """
+        import matplotlib
+        import pytest
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        @pytest.mark.mpl_image_compare
+        def test_plot():
+            figure, axes = plt.subplots()
+            axes.plot([1, 2, 3])
+            return figure
+        """
+    ))
+    pytester.runpytest("-p", "pytest_mpl", "-p", "no:gpuenergy", "--mpl-generate-path=baseline")
+    assert [p.name for p in (pytester.path / "baseline").iterdir()] == ["test_plot.png"]
+    compare = ("-p", "pytest_mpl", "--mpl", "--mpl-baseline-path=baseline")
+    pytester.runpytest(*compare, "-p", "no:gpuenergy").assert_outcomes(passed=1)
+    result = pytester.runpytest(*compare, "--energy-all", "--gpu-caps=60%,100%", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["PASSED test_m.py::test_plot"])
+    assert ("1 test ran once, at the GPU's current limit, not once per cap: with pytest-mpl's mpl_image_compare mark, "
+            "baseline images are kept under the test's name") in " ".join(result.stdout.str().split())
+
+
 def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):
     enable(monkeypatch, "repeat")
     pytester.makepyfile(test_r="def test_r(gpu_power_cap, energy_meter):\n    with energy_meter:\n        pass\n")

@@ -54,14 +54,18 @@ def uses_plugin_fixture(node: Any, name: str) -> bool:
 # Plugins that find a test by its name, cap id and all: run once per cap, ``test_x[60%]`` finds no
 # snapshot of ``test_x`` and fails (syrupy), writes a new file into the project and fails
 # (pytest-regressions), or is not the ``test_x`` other tests depend on, which are then skipped
-# (pytest-dependency). The fixtures by their top module; the marks by their plugin's pytest11 name.
+# (pytest-dependency), or finds no baseline image (pytest-mpl). The fixtures by their top module; the
+# marks by their plugin's pytest11 name: (plugin, as users know it, what it finds by the name).
 _NAMED_AFTER_THE_TEST = {
     "syrupy": ("snapshot",),
     "pytest_snapshot": ("snapshot",),
     "pytest_regressions": ("data_regression", "dataframe_regression", "file_regression", "image_regression",
                            "ndarrays_regression", "num_regression"),
 }
-_FOUND_BY_NAME = {"dependency": "dependency"}
+_FOUND_BY_NAME = {
+    "dependency": ("dependency", "pytest-dependency", "tests find each other by name"),
+    "mpl_image_compare": ("pytest_mpl", "pytest-mpl", "baseline images are kept under the test's name"),
+}
 
 
 def named_after_the_test(node: Any) -> str | None:
@@ -75,9 +79,9 @@ def named_after_the_test(node: Any) -> str | None:
         plugin = module.split(".")[0]
         if name in _NAMED_AFTER_THE_TEST.get(plugin, ()):
             return f"with {name} ({plugin.replace('_', '-')}), results are kept under the test's name"
-    for mark, plugin in _FOUND_BY_NAME.items():
+    for mark, (plugin, known_as, found) in _FOUND_BY_NAME.items():
         if node.get_closest_marker(mark) is not None and node.config.pluginmanager.has_plugin(plugin):
-            return f"with pytest-{plugin}'s {mark} mark, tests find each other by name"
+            return f"with {known_as}'s {mark} mark, {found}"
     return None
 
 
