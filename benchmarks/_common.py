@@ -47,7 +47,7 @@ FORMAT_VERSION = 1
 # (as pyproject.toml's addopts turns them off in the suite's own), so each session loads what a plain
 # install would: ["-p", "no:randomly", ...].
 DEV_PLUGINS_OFF = [arg for name in ("randomly", "asyncio", "benchmark", "syrupy", "regressions", "pytest-datadir",
-                                    "dependency", "pytest_mpl") for arg in ("-p", f"no:{name}")]
+                                    "dependency", "pytest_mpl", "freezer", "time_machine") for arg in ("-p", f"no:{name}")]
 SIM_ENV = ("GPUENERGY_SIM_STATE", "GPUENERGY_SIM_GPUS", "GPUENERGY_SIM_FAULTS", "GPUENERGY_SIM_NOISE",
            "GPUENERGY_SIM_SEED", "GPUENERGY_SIM_COUNTER_READ_MS", "GPUENERGY_SIM_CLOCK")
 

@@ -25,11 +25,11 @@ import os
 import pwd
 import secrets
 import stat
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import realtime
 from .errors import GpuBusyError, NotARegularFile
 from .gpu.signals import announce, check_abandoned, left_behind
 from .trusted_path import Owners, UntrustedPath, file_owners, opened_folder, problem_with, refuse, state_owners
@@ -307,7 +307,7 @@ def wait_for_lock(fd: int, timeout_s: float, *, on_timeout: Callable[[str], Base
     ``say_after_s`` (default ``SAY_AFTER_S``) is said (``waiting_note(holder)``).
     """
     say_after_s = SAY_AFTER_S if say_after_s is None else say_after_s
-    started = time.monotonic()
+    started = realtime.monotonic()
     deadline, pause_s, said = started + timeout_s, 0.001, False
     while True:
         try:
@@ -315,14 +315,14 @@ def wait_for_lock(fd: int, timeout_s: float, *, on_timeout: Callable[[str], Base
             return
         except BlockingIOError:
             pass
-        now = time.monotonic()
+        now = realtime.monotonic()
         if now >= deadline:
             raise on_timeout(lock_holder(fd))
         check_abandoned()
         if not said and waiting_note is not None and timeout_s >= say_after_s and now - started >= say_after_s:
             said = True
             announce(waiting_note(lock_holder(fd)))
-        time.sleep(min(pause_s, max(deadline - now, 0.0)))
+        realtime.sleep(min(pause_s, max(deadline - now, 0.0)))
         pause_s = min(pause_s * 2, 0.05)
 
 

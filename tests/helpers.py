@@ -44,7 +44,7 @@ DEAD_PID = 2**31 - 2
 # they would reorder (randomly), warn (asyncio) or print (benchmark) in every other child session;
 # each test of the matrix turns on the one it tries.
 COMPAT_PLUGINS = ("randomly", "asyncio", "benchmark", "pytest_cov", "rerunfailures", "repeat", "syrupy", "regressions",
-                  "pytest-datadir", "dependency", "pytest_mpl")
+                  "pytest-datadir", "dependency", "pytest_mpl", "freezer", "time_machine")
 CHILD_PYTEST_ADDOPTS = " ".join(f"-p no:{name}" for name in ("hypothesispytest", *COMPAT_PLUGINS))
 
 

@@ -436,7 +436,7 @@ def test_a_restore_is_retried_with_a_growing_pause(backend, h100, monkeypatch):
     capper.apply(parse_cap("300"))
     backend.nvml.simArmFaults("set_error=1-3")
     pauses: list[float] = []
-    monkeypatch.setattr(knob.time, "sleep", pauses.append)
+    monkeypatch.setattr(knob.realtime, "sleep", pauses.append)
     capper.restore()
     assert pauses == [0.01, 0.02, 0.03] and limits_w(backend)[0] == 700.0
 

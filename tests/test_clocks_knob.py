@@ -397,7 +397,7 @@ def test_a_clock_restore_is_retried_with_a_growing_pause(backend, h100, monkeypa
     capper.apply(parse_clock("990"))
     backend.nvml.simArmFaults("clock_reset_error=1-3")
     pauses: list[float] = []
-    monkeypatch.setattr(knob.time, "sleep", pauses.append)
+    monkeypatch.setattr(knob.realtime, "sleep", pauses.append)
     capper.restore()
     assert pauses == [0.01, 0.02, 0.03] and read_lock(h100) == (True, None)
 

@@ -702,6 +702,61 @@ def test_matrix_pytest_mpl_finds_its_baseline_images_under_energy_all(pytester, 
             "baseline images are kept under the test's name") in " ".join(result.stdout.str().split())
 
 
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_matrix_a_test_that_stops_the_clock_is_measured_on_the_real_one(pytester, monkeypatch, workers):
+    """Found trying freezegun, pytest-freezer and time-machine (2026-11-28): on real time (the simulator's
+    wall clock here, as on a real GPU) a test with the ``freezer`` fixture hung ``--energy-all``: the
+    plugin waited for the counter's publications on ``time.monotonic``, which freezegun had stopped;
+    time-machine's ``move_to(..., tick=False)`` stopped ``time.time``, the simulator's clock. The plugin
+    times on the clocks as they were at its import (``realtime``): each test passes, in seconds, and
+    its region is as long as its work."""
+    enable(monkeypatch, "freezer", "time_machine")
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    pytester.makepyfile(test_f=textwrap.dedent(
+        """
+        import datetime
+        import time
+
+        import pytest
+        from freezegun import freeze_time
+
+        UTC = datetime.timezone.utc
+
+        def work():
+            end = time.thread_time() + 0.05
+            while time.thread_time() < end:
+                pass
+
+        @freeze_time("2020-01-01")
+        def test_decorated():
+            work()
+            assert datetime.datetime.now().year == 2020
+
+        def test_freezer(freezer):
+            freezer.move_to("2021-01-01")
+            work()
+            assert datetime.datetime.now().year == 2021
+
+        @pytest.mark.freeze_time("2019-05-05")
+        def test_marked():
+            work()
+            assert datetime.date.today().year == 2019
+
+        def test_time_machine(time_machine):
+            time_machine.move_to(datetime.datetime(1999, 1, 1, tzinfo=UTC), tick=False)
+            work()
+            assert datetime.datetime.now(UTC).year == 1999 and time.time() < 1e9
+        """
+    ))
+    result = pytester.runpytest_subprocess("-p", "freezer", "-p", "time_machine", "--energy-all", "--energy-json=report.json",
+                                           *workers, timeout=120)
+    result.assert_outcomes(passed=4)
+    cases = json.loads((pytester.path / "report.json").read_text())["runs"][0]["cases"]
+    assert len(cases) == 4
+    for case in cases:
+        assert 0.04 <= case["time_s"] <= 5.0 and case["ets_j"] > 0, case
+
+
 def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):
     enable(monkeypatch, "repeat")
     pytester.makepyfile(test_r="def test_r(gpu_power_cap, energy_meter):\n    with energy_meter:\n        pass\n")

@@ -150,7 +150,7 @@ def test_a_restore_that_keeps_failing_names_the_knob_the_gpu_and_keeps_the_entry
     setter.apply(90)
     fan.failing["put"] = DeviceError("FAN: stuck")
     pauses: list[float] = []
-    monkeypatch.setattr(knob_module.time, "sleep", pauses.append)
+    monkeypatch.setattr(knob_module.realtime, "sleep", pauses.append)
     with pytest.raises(LimitRestoreError) as caught:
         setter.restore()
     assert str(caught.value) == f"the fan speed of {GPU0} could not be set back to 30 % after 4 attempts (FAN: stuck)"

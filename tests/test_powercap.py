@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_gpuenergy import realtime
 from pytest_gpuenergy.errors import HostEnergyError
 from pytest_gpuenergy.host.powercap import RealSysfs, find_zones, read_counter_uj
 from pytest_gpuenergy.host.recorder import PLAUSIBLE_MAX_W, HostRecorder
@@ -105,6 +106,7 @@ def test_a_damaged_counter_is_one_line_naming_the_file(tmp_path: Path, text: str
 _READ_AS_NOBODY = """
 import encodings.ascii, os, sys
 from pathlib import Path
+from pytest_gpuenergy import realtime
 from pytest_gpuenergy.errors import HostEnergyError
 from pytest_gpuenergy.host.powercap import RealSysfs, find_zones, read_counter_uj
 if os.getuid() == 0:
@@ -532,6 +534,6 @@ def test_open_host_reads_the_simulated_tree_unless_a_root_is_given(sim_state: Pa
     root = server_tree(tmp_path / "powercap")
     monkeypatch.setenv("GPUENERGY_POWERCAP_ROOT", str(root))
     for real in (open_host(["cpu"], simulator=sim, clock=sim.clock.now, virtual=sim.clock), open_host(["cpu"])):
-        assert not real.simulated and real.root == root and real.domains == ("cpu",) and real.clock is time.perf_counter
+        assert not real.simulated and real.root == root and real.domains == ("cpu",) and real.clock is realtime.perf_counter   # the GPU meter's clock
         assert real._thread is not None
         real.stop()

@@ -14,13 +14,13 @@ its work) are on ``SimulatedBackend`` only; a real backend's hooks do what a rea
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from .. import realtime
 from ..errors import BackendUnavailable, DeviceNotSupported, DeviceTransientError, GpuLostError, GpuSelectionError
 from ..fileio import user_state_dir
 from .moments import Moment, QueuedMoment, cuda_torch, record_event
@@ -96,7 +96,7 @@ def retry_transient(action: Callable[[], _T], backoff_s: float) -> _T:
         except DeviceTransientError:
             if attempt == RETRY_ATTEMPTS - 1:
                 raise
-            time.sleep(backoff_s * (attempt + 1))
+            realtime.sleep(backoff_s * (attempt + 1))
     raise AssertionError("unreachable")
 
 
@@ -257,7 +257,7 @@ class Backend:
         self.cuda_driver_version = cuda_driver_version
         self.all_gpus = list(gpus)
         self.visible_gpus = visible_gpus(self.all_gpus, simulated=self.simulated)
-        self.clock: Callable[[], float] = time.perf_counter    # region edges and reads are timed on it
+        self.clock: Callable[[], float] = realtime.perf_counter    # region edges and reads are timed on it
         self.virtual_clock: Any = None      # a simulator's virtual clock (see ``SimulatedBackend``)
         self.recorders: Any = None          # the meter's per-GPU recorders, started on first use
         self._closers: list[Callable[[], None]] = []
@@ -359,7 +359,7 @@ class Backend:
         """Wait until ``moment`` on :attr:`clock` (the meter aligns regions with publications)."""
         delay = moment - self.clock()
         if delay > 0:
-            time.sleep(delay)
+            realtime.sleep(delay)
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Call ``closer`` when the backend closes (the meter stops its recorder threads)."""

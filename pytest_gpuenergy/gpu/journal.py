@@ -34,12 +34,12 @@ import contextlib
 import math
 import os
 import socket
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .. import realtime
 from ..errors import DeviceError, JournalCorrupt
 from ..fileio import LockWaitTimeout, file_lock, read_state_at, state_dir, write_state_json
 from ..runs.validation import parse_json, shown
@@ -157,7 +157,7 @@ class Journal(Generic[S]):
                 vendor=gpu.vendor,
                 saved=existing.saved if existing is not None else saved, applied=applied,
                 pid=os.getpid(), process_start=process_start(os.getpid()),
-                host=socket.gethostname(), written_at=time.time(),
+                host=socket.gethostname(), written_at=realtime.wall_time(),
             )
             # Until it is cleared, a stopped restore names it with `gpuenergy restore` as the fix.
             note_left(self._key(entry), f"{entry.left_text()}; to put it back: gpuenergy restore")

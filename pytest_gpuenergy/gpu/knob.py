@@ -21,13 +21,13 @@ write it for messages and the journal. Everything else is the same for both and 
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from .. import realtime
 from ..errors import DeviceError, GpuLostError, LimitChangeError, LimitRestoreError
 from .device import RETRY_ATTEMPTS, Gpu
 from .locks import holding, lock_paths
@@ -185,7 +185,7 @@ def put_back(knob: Knob[S], gpu: Gpu, saved: S) -> str | None:
     last_problem = ""
     for attempt in range(RETRY_ATTEMPTS):
         if attempt:
-            time.sleep(gpu.retry_backoff_s * attempt)
+            realtime.sleep(gpu.retry_backoff_s * attempt)
         try:
             if knob.read(gpu) == saved:          # nothing to put back (someone did, or it never took)
                 return None

@@ -22,12 +22,12 @@ import bisect
 import math
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Final
 
+from .. import realtime
 from ..errors import HostEnergyError
 from .powercap import POWERCAP_ROOT_ENV, HostDomain, RealSysfs, Sysfs, Zone, find_zones, powercap_root, read_counter_uj
 
@@ -244,4 +244,4 @@ def open_host(domains: Sequence[HostDomain], *, simulator: Any = None, clock: Ca
         tree = SimulatedPowercap(simulator)
         return HostRecorder(tree, tree.root, tuple(domains), clock or simulator.clock.now, virtual=virtual,
                             simulated=True)
-    return HostRecorder(RealSysfs(), powercap_root(), tuple(domains), time.perf_counter)
+    return HostRecorder(RealSysfs(), powercap_root(), tuple(domains), realtime.perf_counter)

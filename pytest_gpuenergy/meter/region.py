@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import realtime
 from ..errors import DeviceError, MeasurementError
 from ..gpu.device import Backend, Gpu
 from ..gpu.moments import Moment, QueuedMoment, date_marks
@@ -402,7 +402,7 @@ def other_processes_later(gpus: Sequence[Gpu], *, background: bool = True,
 
 
 def _asked(gpus: Sequence[Gpu], reuse_s: float, now: float | None, *, background: bool) -> list[Future[frozenset[int]]]:
-    now = time.monotonic() if now is None else now
+    now = realtime.monotonic() if now is None else now
     found = []
     for gpu in gpus:
         kept = _process_lists.get(gpu)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import realtime
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
 from ..gate.budgets import Budget, check_budget, domain_failures, phase_failures, select_budget
 from ..gpu.capping import PowerCap, PowerCapper, power_journal_for
@@ -110,7 +110,7 @@ class EnergySession:
         self.end_repairs: list[str] = []       # what its end repaired (a killed xdist worker's cap)
         self.notices: list[str] = []           # for the end of the session: what the user should know
         self._pending: list[PendingResult] = []   # figures not worked out yet (see ``resolve``)
-        self._energy_at_start: tuple[float, float, dict[str, float | None]] = (time.monotonic(), 0.0, {})
+        self._energy_at_start: tuple[float, float, dict[str, float | None]] = (realtime.monotonic(), 0.0, {})
         self.errors: list[str] = []               # figures that could not be worked out after their test
         self.budget_file: Any = None              # --energy-budgets (gate.budget_file.BudgetFile), loaded at start
         self.on_result: Callable[[str, EnergyResult], None] | None = None   # each case's figures, once worked out
@@ -183,9 +183,9 @@ class EnergySession:
         try:
             readings = {gpu.uuid: backend.session_reading(gpu) for gpu in self.gpus}
         except DeviceError:
-            return time.monotonic(), 0.0, {}
+            return realtime.monotonic(), 0.0, {}
         beyond_s = max((beyond for _, beyond in readings.values()), default=0.0)
-        return time.monotonic(), beyond_s, {uuid: energy for uuid, (energy, _) in readings.items()}
+        return realtime.monotonic(), beyond_s, {uuid: energy for uuid, (energy, _) in readings.items()}
 
     def session_total(self) -> SessionTotal | None:
         """The GPUs' energy over the session so far, from their counters (None without counters):

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from .. import realtime
 
 CLOCK_ENV = "GPUENERGY_SIM_CLOCK"
 CLOCKS = ("virtual", "wall")
@@ -31,12 +32,12 @@ class WallClock:
     virtual = False
 
     def now(self) -> float:
-        return time.time()
+        return realtime.wall_time()
 
     def sleep_until(self, moment: float) -> None:
         delay = moment - self.now()
         if delay > 0:
-            time.sleep(delay)
+            realtime.sleep(delay)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import realtime
 from ..errors import SimStateError
 from ..fileio import sim_state_dir
 from . import work as work_registry
@@ -181,7 +182,7 @@ class SimulatedMachine:
 
     def wall_now(self) -> float:
         """The host's clock (commits are stamped with it, whatever the simulator's clock)."""
-        return time.time()
+        return realtime.wall_time()
 
     def vendor_devices(self, vendor: str) -> list[SimDevice]:
         """The devices one library lists, in machine order (its own indices count from 0)."""
@@ -201,7 +202,7 @@ class SimulatedMachine:
         if not self.counter_read_s or self.clock.virtual:
             return None
         taken_at = self.clock.now() + self.counter_read_s / 2
-        time.sleep(self.counter_read_s)
+        realtime.sleep(self.counter_read_s)
         return taken_at
 
     def counter_reading(self, device: SimDevice, quantum_mj: float, taken_at: float | None = None) -> tuple[int, float]:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from .. import realtime
 from ..errors import SimStateError
 from ..fileio import STATE_FOLDER_MODE, file_lock, open_state_file, read_state_at, write_state_json
 from ..fileio import state_dir as checked_folder
@@ -139,7 +139,7 @@ class GpuStateFile:
         put back later (a limit, a clock lock) must be the file's, or a process that read the GPU while
         another session's cap was on it would restore that cap (two sessions sharing a GPU left it at
         250 W one run in eight)."""
-        now = time.monotonic()
+        now = realtime.monotonic()
         if (not fresh and self._cached is not None and self._cached_stamp is not None
                 and now - self._checked_at < self.RECHECK_S):
             return self._cached
@@ -174,7 +174,7 @@ class GpuStateFile:
         except FileNotFoundError:
             fresh = GpuState(
                 uuid=self.uuid, model=self.spec.key, index=self.index,
-                limit_mw=int(self.spec.default_limit_w * 1000), created_at=time.time(), dynamic_mj=0.0,
+                limit_mw=int(self.spec.default_limit_w * 1000), created_at=realtime.wall_time(), dynamic_mj=0.0,
             )
             write_state_json(folder_fd, self.name, fresh.to_json(), shown=self.path, compact=True)
             return fresh
