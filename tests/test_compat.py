@@ -637,8 +637,8 @@ def test_matrix_snapshots_and_regression_files_named_after_the_test_run_once_und
     assert ("gpuenergy: note: 1 test ran once, at the GPU's current limit, not once per cap: with snapshot (syrupy), "
             "results are kept under the test's name, and a cap in the name would miss them") in text
     assert text.count("with snapshot (syrupy)") == 1 and "with data_regression (pytest-regressions)" in text
-    assert ("pytest cannot run a unittest.TestCase method once per setting; write it as test functions to measure every "
-            "cap: test_s.py::TestOld::test_old") in text
+    assert ("pytest cannot run a unittest.TestCase method or a doctest once per setting (a test function runs at every "
+            "cap): test_s.py::TestOld::test_old") in text
 
 
 def test_matrix_pytest_dependency_finds_its_tests_under_energy_all(pytester, monkeypatch):
@@ -770,6 +770,11 @@ def test_matrix_doctest_modules_run_beside_measured_tests(pytester):
     pytester.makepyfile(lib='def double(x):\n    """\n    >>> double(2)\n    4\n    """\n    return 2 * x\n',
                         test_d=MEASURED)
     pytester.runpytest("--doctest-modules").assert_outcomes(passed=2)
+    result = pytester.runpytest("--doctest-modules", "--energy-all", "--gpu-caps=60%,100%", "-rA")
+    result.assert_outcomes(passed=3)       # the doctest once, at the current limit, and said; the test at each cap
+    result.stdout.fnmatch_lines(["PASSED lib.py::lib.double"])
+    assert ("1 test ran once, at the GPU's current limit, not once per cap: pytest cannot run a unittest.TestCase method "
+            "or a doctest once per setting (a test function runs at every cap): lib.py::lib.double") in " ".join(result.stdout.str().split())
 
 
 def test_matrix_w_error_strict_config_and_strict_markers_pass_a_suite_that_uses_the_plugin(pytester):

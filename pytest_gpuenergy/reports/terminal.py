@@ -341,8 +341,8 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
         count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
         if fixture.startswith("_gpuenergy"):      # --energy-all's own: the test took no fixture of the plugin
             lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current "
-                          f"limit, not once per cap: pytest cannot run a unittest.TestCase method once per setting; "
-                          f"write {'them' if count != 1 else 'it'} as test functions to measure every cap: {listed}", width)
+                          f"limit, not once per cap: pytest cannot run a unittest.TestCase method or a doctest once per "
+                          f"setting (a test function runs at every cap): {listed}", width)
             continue
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "
                       f"a test once per setting (a unittest.TestCase method, request.getfixturevalue): "
