@@ -757,6 +757,51 @@ def test_matrix_a_test_that_stops_the_clock_is_measured_on_the_real_one(pytester
         assert 0.04 <= case["time_s"] <= 5.0 and case["ets_j"] > 0, case
 
 
+PROJECT_MARKERS = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.energy("kinetic")
+    def test_kinetic():
+        pass
+
+    @pytest.mark.energy_budget(100)
+    def test_budget():
+        pass
+
+    def test_plain():
+        pass
+    """
+)
+
+
+def test_a_projects_own_energy_markers_stay_its_own(pytester):
+    """Found trying a physics-style suite (2026-11-28): a project whose tests carry markers of their
+    own named ``energy`` and ``energy_budget`` could not run at all once the plugin was installed (a
+    usage error: "energy takes keyword arguments only"), though it used none of the plugin. A marker
+    the plugin cannot read is now left alone in a session that uses the plugin nowhere; under
+    ``--energy-all`` it is the project's where the project registers it, and the end says so."""
+    pytester.makepyfile(test_m=PROJECT_MARKERS)
+    assert same_outcome_without_the_plugin(pytester) == {"passed": 3}          # registered nowhere
+    unregistered = pytester.runpytest("--energy-all")
+    assert unregistered.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("energy takes keyword arguments only" in line and "register it in your pytest configuration" in line
+               for line in unregistered.errlines + unregistered.outlines)
+    pytester.makeini("[pytest]\nmarkers =\n    energy: tests of the energy module\n    energy_budget(value): physics\n")
+    assert same_outcome_without_the_plugin(pytester, "--strict-markers") == {"passed": 3}
+    for extra in ((), ("-p", "xdist", "-n", "2")):
+        result = pytester.runpytest_subprocess("--energy-all", "--strict-markers", "--energy-json=report.json", *extra)
+        result.assert_outcomes(passed=3)
+        text = " ".join(result.stdout.str().split())
+        assert ("this project registers a marker named energy of its own: --energy-all measured 1 test that carries it "
+                "and takes none of the plugin's fixtures as if it had none") in text and text.count("named energy of") == 1
+        assert "registers a marker named energy_budget of its own" in text and "test_m.py::test_budget" in text
+        assert len(json.loads((pytester.path / "report.json").read_text())["runs"][0]["cases"]) == 3
+    pytester.makepyfile(test_m=PROJECT_MARKERS + "\n@pytest.mark.energy('x')\ndef test_meter(energy_meter):\n    pass\n")
+    taken = pytester.runpytest("--energy-all")          # on a test that takes the plugin's fixture it is the plugin's
+    assert taken.ret == pytest.ExitCode.USAGE_ERROR
+
+
 def test_matrix_pytest_repeat_puts_the_cap_last_in_ids(pytester, monkeypatch):
     enable(monkeypatch, "repeat")
     pytester.makepyfile(test_r="def test_r(gpu_power_cap, energy_meter):\n    with energy_meter:\n        pass\n")

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..gpu.specs import parse_caps
-from .fixtures import SETTINGS_KEY, held_gpus, test_session
+from .fixtures import held_gpus, test_session
 from .knobs import Knob, held_setting, uses_plugin_fixture
+from .markers import settings_of
 
 if TYPE_CHECKING:
     from ..meter import EnergyMeter
@@ -58,7 +59,7 @@ class EveryTest:
             next(setting)                       # the cap applied (or the GPUs described as they are)
         try:
             if not uses_plugin_fixture(request.node, "energy_meter"):
-                settings = request.node.stash.get(SETTINGS_KEY, {})
+                settings = settings_of(request.node)
                 request.node.stash[METER_KEY] = session.meter(
                     request.node.nodeid, compute_bound=settings.get("compute_bound"),
                     min_time_s=settings.get("min_time"), work=settings.get("work"))

@@ -16,6 +16,7 @@ import pytest
 from ..errors import GpuEnergyError
 from ..gpu.specs import parse_caps
 from .knobs import Knob, held_setting
+from .markers import settings_of
 from .state import state_of
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from ..meter import EnergyMeter
     from .session import EnergySession
 
-SETTINGS_KEY = pytest.StashKey[dict]()     # the test's energy(...) marker, checked at collection
 HELD_KEY = pytest.StashKey[bool]()         # the test's GPUs are held now (``held_gpus``)
 POWER_KNOB = Knob("gpu_power_cap", "gpu_caps", "--gpu-caps", parse_caps, "cap", "150, '60%'", "energy.skipped_cap")
 
@@ -51,7 +51,7 @@ def held_gpus(request: pytest.FixtureRequest, session: EnergySession) -> Generat
     """The lease's steps: hold the test's GPUs, yield, let them go. ``_gpuenergy_lease`` is these steps
     as a fixture; ``--energy-all`` takes them in its own fixture where the test takes none of the
     plugin's (a fixture less per test: pytest's work for one costs about what the lease does)."""
-    wanted = request.node.stash.get(SETTINGS_KEY, {}).get("gpus", 1)
+    wanted = settings_of(request.node).get("gpus", 1)
     if wanted != "all" and wanted > len(session.gpus):
         pytest.skip(f"needs {wanted} GPUs; {len(session.gpus)} selected (--gpu-devices, CUDA_VISIBLE_DEVICES)")
     lease = session.lease(wanted, request.node.nodeid)
@@ -86,7 +86,7 @@ def gpu_power_cap(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> Ite
 def energy_meter(request: pytest.FixtureRequest, _gpuenergy_lease: None) -> EnergyMeter:
     """Measures ETS, T and EDP of a block (``with energy_meter:``) or of ``measure(fn)``."""
     session = test_session(request)
-    settings = request.node.stash.get(SETTINGS_KEY, {})
+    settings = settings_of(request.node)
     try:
         return session.meter(
             request.node.nodeid,

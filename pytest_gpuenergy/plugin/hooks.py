@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import BudgetError, GpuEnergyError, SettingError
+from ..errors import GpuEnergyError, SettingError
 from ..gpu import signals
 from ..gpu.placement import Placement
 from ..runs import PASSED, Outcome
 from ..runs.ids import test_key
 from ..sim.seed import session_seed
-from . import knobs
+from . import knobs, markers
 from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
 from .every_test import EVERY_TEST_KNOB, EveryTest, meter_of
-from .fixtures import POWER_KNOB, SETTINGS_KEY, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
+from .fixtures import POWER_KNOB, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
 from .knobs import Knob, uses_plugin_fixture
-from .markers import MARKERS, NOTHING_MEASURED, budgets_of, energy_settings
+from .markers import MARKERS, NOTHING_MEASURED, budgets_for, settings_of
 from .options import SessionOptions, asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
 from .state import STATE_KEY, PluginState, session_of, state_of
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from ..gate.budget_file import BudgetFile
     from .session import EnergySession
 
-_BUDGETS_KEY = pytest.StashKey[list]()          # the test's energy_budget markers, parsed
 _OUTCOME_KEY = pytest.StashKey[Any]()           # the gate's outcome (gate.ci.GateOutcome)
 _SKIPPED_KEY = pytest.StashKey[list]()
 _MARKER_ERRORS_KEY = pytest.StashKey[list]()     # knob markers found bad while generating tests
@@ -263,12 +262,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for knob, values in _knobs(state):
         knobs.keep_own_settings(items, knob, values)
         knobs.mark_for_hypothesis(items, knob)
+    theirs = markers.project_markers(config)
+    in_use = state.options.every_test or any(_takes_fixture(item) for item in items)
     for item in items:
-        try:
-            item.stash[_BUDGETS_KEY] = budgets_of(item)
-            item.stash[SETTINGS_KEY] = energy_settings(item)
-        except (BudgetError, ValueError) as exc:
-            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        item.stash[markers.BUDGETS_KEY], item.stash[markers.SETTINGS_KEY] = markers.checked_markers(
+            item, _takes_fixture, theirs, note=state.options.every_test, in_use=in_use)
+
+
+def _takes_fixture(item: pytest.Item) -> bool:
+    return any(uses_plugin_fixture(item, name) for name in _FIXTURES)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -340,7 +342,7 @@ def _measured_call(item: pytest.Item) -> Generator[None, Any, Any]:
         with every_test if every_test is not None else contextlib.nullcontext():
             result = yield
         if measures:
-            repeat = item.stash.get(SETTINGS_KEY, {}).get("repeat") or session.options.repeat
+            repeat = settings_of(item).get("repeat") or session.options.repeat
             for _ in range(repeat - 1):
                 session.begin_call(item.nodeid)
                 with every_test if every_test is not None else contextlib.nullcontext():
@@ -365,7 +367,7 @@ def _benchmark_measured(item: pytest.Item) -> Iterator[None]:
 
     lease = contextlib.nullcontext() if session.leased else session.lease(1, item.nodeid)
     with lease:
-        settings = item.stash.get(SETTINGS_KEY, {})
+        settings = settings_of(item)
         meter = session.meter(item.nodeid, compute_bound=settings.get("compute_bound"), work=settings.get("work"), record=False)
         item.funcargs["benchmark"] = MeasuredBenchmark(fixture, meter)    # type: ignore[attr-defined]
         try:
@@ -409,7 +411,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     how its test's own code ended (failed and xfailed tests' figures are no baseline)."""
     report = yield
     session = session_of(item.config)
-    budgets: list = item.stash.get(_BUDGETS_KEY, [])
+    budgets = budgets_for(item)
     if session is None:
         if report.when == "call" and report.passed and budgets:
             report.outcome = "failed"
@@ -452,7 +454,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         output[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"
         output[_WORKER_ERRORS] = list(energy.errors) if energy is not None else []
-        output[_WORKER_NOTES] = [energy.unparametrised, energy.named_once] if energy is not None else [{}, {}]
+        output[_WORKER_NOTES] = [energy.unparametrised if energy is not None else {}, energy.named_once if energy is not None else {},
+                                 config.stash.get(markers.KEPT_MARKERS_KEY, {})]
         return
     if not state.reports or energy is None:    # torchrun: every rank holds the total; rank 0 saves it
         return
@@ -509,10 +512,11 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
                 session.import_cases(exported)
             session.errors += errors
     notes = output.get(_WORKER_NOTES)
-    if notes and any(notes) and state.session is not None:       # tests run once, each said once
-        for kept, found in zip((state.session.unparametrised, state.session.named_once), notes):
-            for fixture, tests in found.items():
-                kept.setdefault(fixture, []).extend(tests)
+    if notes and any(notes) and state.session is not None:       # what each worker's tests left to say
+        kept_markers = node.config.stash.setdefault(markers.KEPT_MARKERS_KEY, {})
+        for kept, found in zip((state.session.unparametrised, state.session.named_once, kept_markers), notes):
+            for key, tests in found.items():
+                kept.setdefault(key, []).extend(t for t in tests if t not in kept.get(key, ()))
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:
@@ -541,8 +545,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width,
-                           session.named_once)
+    notices = notice_lines(session.repairs, [*session.notices, *markers.kept_marker_notes(config.stash.get(markers.KEPT_MARKERS_KEY, {}))],
+                           session.coarse_cases(), session.unparametrised, width, session.named_once)
     outcome = config.stash.get(_OUTCOME_KEY, None)
     if not session.cases and not notices and not (outcome is not None and outcome.errors):
         return

@@ -6,6 +6,7 @@ problem is a ``ValueError`` whose message the glue turns into a one-line usage e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,6 +35,7 @@ MARKERS = (
     "GPUs it runs on (a number or 'all')",
 )
 _ENERGY_KEYS = {"repeat", "compute_bound", "min_time", "work", "gpus"}
+_NAMES = ("gpu_clocks", "gpu_caps", "energy_budget", "energy")
 NOTHING_MEASURED = ("energy budget set but nothing was measured: use the energy_meter fixture "
                     "(`with energy_meter:` or energy_meter.measure(fn))")
 
@@ -88,3 +90,82 @@ def _declared_work(work: Any) -> GpuWork:
         raise ValueError(f"energy(work=) got unknown figure(s) {', '.join(map(str, unknown))}; "
                          f"allowed: {', '.join(GPU_WORK_FIELDS)}")
     return GpuWork(**work)
+
+
+def project_markers(config: pytest.Config) -> set[str]:
+    """The plugin's marker names that the project also registers as its own (its ini ``markers``, a
+    conftest's ``addinivalue_line``): a physics suite's ``energy`` marker, say. On a test the plugin
+    measures only because of ``--energy-all`` such a marker is the project's, not the plugin's."""
+    found = set()
+    for line in config.getini("markers"):
+        name = line.split(":", 1)[0].split("(", 1)[0].strip()
+        if name in _NAMES and line not in MARKERS:
+            found.add(name)
+    return found
+
+
+# marker -> the tests whose marker of that name was the project's own (``checked_markers``)
+KEPT_MARKERS_KEY = pytest.StashKey[dict]()
+SETTINGS_KEY = pytest.StashKey[dict]()      # the test's energy(...) marker, checked
+BUDGETS_KEY = pytest.StashKey[list]()       # the test's energy_budget markers, checked
+
+
+def settings_of(item: pytest.Item) -> dict:
+    """The test's ``energy(...)`` settings: checked at collection for every test the plugin measures
+    or caps; a test that takes a fixture only through ``request.getfixturevalue`` is checked now."""
+    if SETTINGS_KEY not in item.stash:
+        item.stash[SETTINGS_KEY] = _checked_now(item, energy_settings)
+    return item.stash[SETTINGS_KEY]
+
+
+def budgets_for(item: pytest.Item) -> list[Budget]:
+    """The test's ``energy_budget`` markers (see ``settings_of``)."""
+    if BUDGETS_KEY not in item.stash:
+        item.stash[BUDGETS_KEY] = _checked_now(item, budgets_of)
+    return item.stash[BUDGETS_KEY]
+
+
+def _checked_now(item: pytest.Item, parse: Any) -> Any:
+    try:
+        return parse(item)
+    except ValueError as exc:
+        pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+
+
+def checked_markers(item: pytest.Item, takes_fixture: Callable[[pytest.Item], bool], theirs: set[str], *,
+                    note: bool, in_use: bool) -> tuple[list[Budget], dict]:
+    """The item's budgets and ``energy`` settings, or a one-line usage error naming the bad marker.
+
+    A marker the plugin cannot read is left alone where it cannot be the plugin's: in a session that
+    uses the plugin nowhere (``in_use``: no ``--energy-all``, no test takes its fixtures), or, where
+    the project registers a marker of that name itself (``theirs``), on a test that takes none of the
+    plugin's fixtures (``note``: ``--energy-all`` measures it as if it had none, and the end of the
+    session says so, ``KEPT_MARKERS_KEY``)."""
+    found: list[Any] = []
+    for marker, parse, default in (("energy_budget", budgets_of, []), ("energy", energy_settings, {})):
+        try:
+            found.append(parse(item))
+        except ValueError as exc:         # (BudgetError is one)
+            if not in_use:
+                found.append(default)
+                continue
+            if takes_fixture(item):
+                raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+            if marker not in theirs:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: {exc} (a marker of your project's own named {marker}? register it in your pytest "
+                    f"configuration, markers = {marker}: ..., and the plugin leaves it to the tests that take none of "
+                    f"its fixtures)") from None
+            if note:
+                item.config.stash.setdefault(KEPT_MARKERS_KEY, {}).setdefault(marker, []).append(item.nodeid)
+            found.append(default)
+    return found[0], found[1]
+
+
+def kept_marker_notes(kept: dict[str, list[str]]) -> list[str]:
+    """What the end of the session says of the markers left to the project (``checked_markers``)."""
+    return [f"this project registers a marker named {marker} of its own: --energy-all measured {len(tests)} "
+            f"{'tests that carry it and take' if len(tests) != 1 else 'test that carries it and takes'} none of the "
+            f"plugin's fixtures as if {'they' if len(tests) != 1 else 'it'} had none (on a test that takes energy_meter "
+            f"or gpu_power_cap the marker is the plugin's): {', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
+            for marker, tests in kept.items()]
