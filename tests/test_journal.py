@@ -563,10 +563,10 @@ def test_an_entry_swapped_for_a_link_between_the_read_and_the_write_is_refused_n
     path = journal.folder / f"{gpu.uuid}.json"
     real_write = journal_module.write_state_json
 
-    def swapped_first(folder_fd, name, data, *, shown):
+    def swapped_first(folder_fd, name, data, *, shown, **options):
         (tmp_path / "target.json").write_text("{}")
         os.symlink(tmp_path / "target.json", name, dir_fd=folder_fd)
-        real_write(folder_fd, name, data, shown=shown)
+        real_write(folder_fd, name, data, shown=shown, **options)
 
     monkeypatch.setattr(journal_module, "write_state_json", swapped_first)
     with pytest.raises(UntrustedPath) as caught:
@@ -681,3 +681,15 @@ def test_a_second_signal_while_a_repair_waits_stops_it_there(journal, gpu, backe
     assert stopped.startswith(f"gpuenergy: SIGTERM received again while restoring the power limit of {gpu.label}: "
                               f"stopped where it waited, without finishing; left changed: {entry.left_text()}")
     assert journal.entries() == [entry] and gpu.current_limit_mw() == 250_000
+
+
+def test_an_entry_is_written_atomically_without_an_fsync(journal, gpu, monkeypatch):
+    """The entry must outlive the process (the page cache does) and is renamed into place whole; an
+    fsync would protect it only from the host going down, which resets the GPU's limit anyway, and
+    cost every capped test of --energy-all --gpu-caps two of them."""
+    import pytest_gpuenergy.fileio as fileio_module
+
+    synced = []
+    monkeypatch.setattr(fileio_module.os, "fsync", synced.append)
+    journal.record(gpu, 550_000, 250_000)
+    assert synced == [] and journal.entry(gpu.uuid).applied == 250_000

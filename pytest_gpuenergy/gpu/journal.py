@@ -161,7 +161,13 @@ class Journal(Generic[S]):
             )
             # Until it is cleared, a stopped restore names it with `gpuenergy restore` as the fix.
             note_left(self._key(entry), f"{entry.left_text()}; to put it back: gpuenergy restore")
-            write_state_json(folder_fd, self._name(gpu.uuid), entry.to_json(), shown=self.folder / self._name(gpu.uuid))
+            # Atomic (a temporary file renamed over it) but not fsynced: the entry must outlive this
+            # process, and the page cache does; what it would not outlive, the host crashing, also
+            # puts every GPU back at its default limit and clocks (the driver starts afresh), so an
+            # entry lost there names nothing to repair. Two fsyncs a capped test cost 0.4 ms here and
+            # milliseconds on a slow disk, at every test of --energy-all --gpu-caps.
+            write_state_json(folder_fd, self._name(gpu.uuid), entry.to_json(), shown=self.folder / self._name(gpu.uuid),
+                             durable=False)
             return entry
 
     def _key(self, entry: JournalEntry[S]) -> str:

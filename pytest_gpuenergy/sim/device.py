@@ -251,7 +251,7 @@ class SimDevice:
             return replace(state, dynamic_mj=state.dynamic_mj + pending, recent_commits=kept + ((wall, pid, pending),),
                            beyond_wall_s=state.beyond_wall_s + beyond_s)
 
-        state = self.state_file.update(add, durable=False)
+        state = self.state_file.update(add)
         self.own_committed_mj += pending - self.carried_mj
         self.carried_mj = self.carried_s = 0.0
         return state
