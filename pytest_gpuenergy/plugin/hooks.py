@@ -32,7 +32,7 @@ from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, regis
 from .every_test import EVERY_TEST_KNOB, EveryTest, meter_of
 from .fixtures import POWER_KNOB, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
 from .knobs import Knob, uses_plugin_fixture
-from .markers import MARKERS, NOTHING_MEASURED, budgets_for, settings_of
+from .markers import MARKERS, NOTHING_MEASURED, settings_of
 from .options import SessionOptions, asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
 from .state import STATE_KEY, PluginState, session_of, state_of
 
@@ -411,7 +411,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     how its test's own code ended (failed and xfailed tests' figures are no baseline)."""
     report = yield
     session = session_of(item.config)
-    budgets = budgets_for(item)
+    budgets: list = item.stash.get(markers.BUDGETS_KEY, [])     # (checked at collection)
     if session is None:
         if report.when == "call" and report.passed and budgets:
             report.outcome = "failed"
@@ -516,7 +516,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         kept_markers = node.config.stash.setdefault(markers.KEPT_MARKERS_KEY, {})
         for kept, found in zip((state.session.unparametrised, state.session.named_once, kept_markers), notes):
             for key, tests in found.items():
-                kept.setdefault(key, []).extend(t for t in tests if t not in kept.get(key, ()))
+                known = set(kept.setdefault(key, []))
+                kept[key] += [t for t in tests if t not in known]
 
 
 def _run_options(config: pytest.Config, energy: EnergySession) -> dict:

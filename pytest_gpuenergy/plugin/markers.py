@@ -111,25 +111,8 @@ BUDGETS_KEY = pytest.StashKey[list]()       # the test's energy_budget markers, 
 
 
 def settings_of(item: pytest.Item) -> dict:
-    """The test's ``energy(...)`` settings: checked at collection for every test the plugin measures
-    or caps; a test that takes a fixture only through ``request.getfixturevalue`` is checked now."""
-    if SETTINGS_KEY not in item.stash:
-        item.stash[SETTINGS_KEY] = _checked_now(item, energy_settings)
-    return item.stash[SETTINGS_KEY]
-
-
-def budgets_for(item: pytest.Item) -> list[Budget]:
-    """The test's ``energy_budget`` markers (see ``settings_of``)."""
-    if BUDGETS_KEY not in item.stash:
-        item.stash[BUDGETS_KEY] = _checked_now(item, budgets_of)
-    return item.stash[BUDGETS_KEY]
-
-
-def _checked_now(item: pytest.Item, parse: Any) -> Any:
-    try:
-        return parse(item)
-    except ValueError as exc:
-        pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+    """The test's ``energy(...)`` settings, as checked at collection (``checked_markers``)."""
+    return item.stash.get(SETTINGS_KEY, {})
 
 
 def checked_markers(item: pytest.Item, takes_fixture: Callable[[pytest.Item], bool], theirs: set[str], *,
