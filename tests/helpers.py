@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+import pytest
 
 from pytest_gpuenergy.gpu.device import Backend, Gpu
 from pytest_gpuenergy.meter.results import EnergyResult, GpuResult, Repetition
@@ -46,6 +47,27 @@ DEAD_PID = 2**31 - 2
 COMPAT_PLUGINS = ("randomly", "asyncio", "benchmark", "pytest_cov", "rerunfailures", "repeat", "syrupy", "regressions",
                   "pytest-datadir", "dependency", "pytest_mpl", "freezer", "time_machine")
 CHILD_PYTEST_ADDOPTS = " ".join(f"-p no:{name}" for name in ("hypothesispytest", *COMPAT_PLUGINS))
+
+
+# --- the plugin beside others (test_compat.py, test_compat_measured.py) -----------------------------
+
+def enable(monkeypatch: pytest.MonkeyPatch, *plugins: str) -> None:
+    """Turn these plugins back on for the sessions under test (the suite's children leave them out)."""
+    kept = [part for part in CHILD_PYTEST_ADDOPTS.split("-p ") if part.strip() and part.split()[0][3:] not in plugins]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(f"-p {part.strip()}" for part in kept))
+
+
+def outcomes(result: pytest.RunResult) -> dict[str, int]:
+    return result.parseoutcomes()
+
+
+def same_outcome_without_the_plugin(pytester: pytest.Pytester, *args: str) -> dict[str, int]:
+    """Run a suite that uses none of the plugin with it and without it: the outcomes must agree."""
+    with_plugin = outcomes(pytester.runpytest(*args))
+    without = outcomes(pytester.runpytest("-p", "no:gpuenergy", *args))
+    assert with_plugin == without, (with_plugin, without)
+    with_plugin.pop("warnings", None)       # (pytest's own, about modules imported before it in this process)
+    return with_plugin
 
 
 # --- a user's commands -------------------------------------------------------------------------
