@@ -459,3 +459,13 @@ def test_third_party_measured_runs_must_end_each_test_at_both_caps_as_without_th
     assert third_party.measured_differences(measured, without) == []
     measured["t.py::U::test_u"] = "PASSED"
     assert third_party.measured_differences(measured, without) == ["t.py::U::test_u"]
+
+
+def test_lattice_under_load_measures_regions_and_records_the_learned_period(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCH / "lattice_under_load.py"), "--runs", "1", "--hogs", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "lattice_under_load.json").read_text())
+    (row,) = document["rows"]
+    assert document["simulated"] and document["summary"]["runs"] == 1 and "(simulated)" in done.stdout
+    assert 80 <= row["period_ms"] <= 120 and row["held"] and abs(row["error"]) < 0.05 and 1.9 <= row["region_s"] <= 2.5
