@@ -280,8 +280,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
     if state is None or session.config.option.collectonly:
         return
-    if state.session is None and state.unavailable is None and any(
-            uses_plugin_fixture(item, name) for item in session.items for name in _FIXTURES):
+    if state.session is None and state.unavailable is None and any(_takes_fixture(item) for item in session.items):
         state.start(usage_errors=False)
         state.late = True
     if state.budget_file is not None and state.session is not None:
@@ -546,8 +545,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    notices = notice_lines(session.repairs, [*session.notices, *markers.kept_marker_notes(config.stash.get(markers.KEPT_MARKERS_KEY, {}))],
-                           session.coarse_cases(), session.unparametrised, width, session.named_once)
+    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width,
+                           session.named_once, config.stash.get(markers.KEPT_MARKERS_KEY, {}))
     outcome = config.stash.get(_OUTCOME_KEY, None)
     if not session.cases and not notices and not (outcome is not None and outcome.errors):
         return

@@ -123,7 +123,7 @@ def checked_markers(item: pytest.Item, takes_fixture: Callable[[pytest.Item], bo
     uses the plugin nowhere (``in_use``: no ``--energy-all``, no test takes its fixtures), or, where
     the project registers a marker of that name itself (``theirs``), on a test that takes none of the
     plugin's fixtures (``note``: ``--energy-all`` measures it as if it had none, and the end of the
-    session says so, ``KEPT_MARKERS_KEY``)."""
+    session says so, ``KEPT_MARKERS_KEY``, ``reports.terminal.notice_lines``)."""
     found: list[Any] = []
     for marker, parse, default in (("energy_budget", budgets_of, []), ("energy", energy_settings, {})):
         try:
@@ -143,12 +143,3 @@ def checked_markers(item: pytest.Item, takes_fixture: Callable[[pytest.Item], bo
                 item.config.stash.setdefault(KEPT_MARKERS_KEY, {}).setdefault(marker, []).append(item.nodeid)
             found.append(default)
     return found[0], found[1]
-
-
-def kept_marker_notes(kept: dict[str, list[str]]) -> list[str]:
-    """What the end of the session says of the markers left to the project (``checked_markers``)."""
-    return [f"this project registers a marker named {marker} of its own: --energy-all measured {len(tests)} "
-            f"{'tests that carry it and take' if len(tests) != 1 else 'test that carries it and takes'} none of the "
-            f"plugin's fixtures as if {'they' if len(tests) != 1 else 'it'} had none (on a test that takes energy_meter "
-            f"or gpu_power_cap the marker is the plugin's): {', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
-            for marker, tests in kept.items()]

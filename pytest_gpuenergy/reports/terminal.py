@@ -323,7 +323,8 @@ def skipped_lines(skipped: Sequence, width: int) -> list[str]:
 
 def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequence[str],
                  unparametrised: Mapping[str, Sequence[str]], width: int,
-                 named_once: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+                 named_once: Mapping[str, Sequence[str]] | None = None,
+                 kept_markers: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """What the user should know at the end of a session, as lines: the plugin never says it with a
     warning, which a suite's ``filterwarnings = error`` would turn into a failed test."""
     lines = []
@@ -336,24 +337,35 @@ def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequenc
         lines += wrap(f"gpuenergy: note: {count} measured region{'s were' if count != 1 else ' was'} too short for the "
                       f"GPU's counter to resolve (coarse): the ETS is interpolated and its bound is wide (each case's "
                       f"notes say how wide); measure with energy_meter.measure(fn), which repeats the work until it is "
-                      f"long enough (a test that does: a longer min_time): {', '.join(cases[:5])}{' ...' if len(cases) > 5 else ''}", width)
+                      f"long enough (a test that does: a longer min_time): {_listed(cases)}", width)
     for fixture, tests in unparametrised.items():
-        count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
+        count = len(tests)
         if fixture.startswith("_gpuenergy"):      # --energy-all's own: the test took no fixture of the plugin
             lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current "
                           f"limit, not once per cap: pytest cannot run a unittest.TestCase method or a doctest once per "
-                          f"setting (a test function runs at every cap): {listed}", width)
+                          f"setting (a test function runs at every cap): {_listed(tests)}", width)
             continue
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} took {fixture} where pytest cannot run "
                       f"a test once per setting (a unittest.TestCase method, request.getfixturevalue): "
                       f"{'they' if count != 1 else 'it'} ran once, at the GPU's current setting; take the fixture as "
-                      f"an argument of a test function instead: {listed}", width)
+                      f"an argument of a test function instead: {_listed(tests)}", width)
     for reason, tests in (named_once or {}).items():
-        count, listed = len(tests), f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
+        count = len(tests)
         lines += wrap(f"gpuenergy: note: {count} test{'s' if count != 1 else ''} ran once, at the GPU's current limit, "
                       f"not once per cap: {reason}, and a cap in the name would miss them (@pytest.mark.gpu_caps(...) "
-                      f"on such a test runs it at its caps, under names with the cap): {listed}", width)
+                      f"on such a test runs it at its caps, under names with the cap): {_listed(tests)}", width)
+    for marker, tests in (kept_markers or {}).items():      # (plugin.markers.checked_markers)
+        count = len(tests)
+        lines += wrap(f"gpuenergy: note: this project registers a marker named {marker} of its own: --energy-all "
+                      f"measured {count} {'tests that carry it and take' if count != 1 else 'test that carries it and takes'} "
+                      f"none of the plugin's fixtures as if {'they' if count != 1 else 'it'} had none (on a test that takes "
+                      f"energy_meter or gpu_power_cap the marker is the plugin's): {_listed(tests)}", width)
     return lines
+
+
+def _listed(tests: Sequence[str]) -> str:
+    """The first five, and "..." where there are more."""
+    return f"{', '.join(tests[:5])}{' ...' if len(tests) > 5 else ''}"
 
 
 def top_lines(cases: Sequence[tuple[str, EnergyResult]], total: Any, count: int, width: int | None = None) -> list[str]:

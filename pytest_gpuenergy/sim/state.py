@@ -160,13 +160,13 @@ class GpuStateFile:
         """The next read looks at the file (another process may have changed it: a hand-over)."""
         self._checked_at = -1.0
 
-    def update(self, change: Callable[[GpuState], GpuState], *, durable: bool = False) -> GpuState:
-        """Change the state under its lock. Not fsynced unless ``durable``: the simulated GPU stands in
-        for a real one, whose limit and clocks live in its driver and are gone when the host goes
-        down, and every process sees the page cache (a capped test wrote it twice, 0.4 ms here)."""
+    def update(self, change: Callable[[GpuState], GpuState]) -> GpuState:
+        """Change the state under its lock. Not fsynced: the simulated GPU stands in for a real one,
+        whose limit and clocks live in its driver and are gone when the host goes down, and every
+        process sees the page cache (a capped test wrote it twice, 0.4 ms here)."""
         with file_lock(self.folder, self._lock_name) as folder_fd:
             new = change(self._load_or_create(folder_fd))
-            write_state_json(folder_fd, self.name, new.to_json(), shown=self.path, durable=durable, compact=True)
+            write_state_json(folder_fd, self.name, new.to_json(), shown=self.path, durable=False, compact=True)
             self._cached, self._cached_stamp = None, None
             return new
 
