@@ -301,6 +301,66 @@ def test_two_misses_in_a_row_make_the_learner_start_again():
     assert learner.period_s == NOMINAL_PERIOD_S
 
 
+def sparse_after_dense() -> list[Bracket]:
+    """Five narrow brackets a period apart, then, 6.1 s later (a long region read sparsely), a wide
+    bracket and a narrow one a period after it: alone, those two allow periods from 98.3 to 105.7 ms."""
+    return [*around([1.0, 1.1, 1.2, 1.3, 1.4], 0.0006), Bracket(7.4949, 7.5012), Bracket(7.5995, 7.6006)]
+
+
+def test_a_learner_numbers_brackets_across_a_long_gap_with_the_periods_it_has_learned():
+    """Found on 2026-11-28 (benchmarks/lattice_under_load.py): across 6.1 s the prior admits 48 to 76
+    ticks, so the fit fell back to the newest two brackets and took 102 ms as the period; the periods
+    the first five allow (100 ms within 0.15 ms) leave 61 ticks only."""
+    learner = TickLearner()
+    for bracket in sparse_after_dense():
+        learner.add(bracket)
+    lattice = learner.lattice
+    assert lattice is not None and lattice.brackets == 7
+    assert [k for _, _, k in lattice.numbered] == [-66, -65, -64, -63, -62, -1, 0]
+    assert lattice.period_s == pytest.approx(0.1, abs=1e-5)
+    low, high = lattice.period_range_s
+    assert low <= 0.1 <= high and high - low < 3e-5
+    assert learner.period_range_s == lattice.period_range_s
+    alone = fit(sparse_after_dense()[-2:], NOMINAL_PERIOD_S)
+    assert alone is not None and alone.period_s > 0.101       # what the fit took without them
+
+
+def test_the_periods_learned_number_brackets_after_the_ones_that_showed_them_are_forgotten():
+    learner = TickLearner()
+    for bracket in around([1.0, 1.1, 1.2, 1.3], 0.0006):
+        learner.add(bracket)
+    learned = learner.period_range_s
+    assert learned is not None and learned[1] - learned[0] < 1e-3
+    learner.add(Bracket(40.0949, 40.1012))     # the four are forgotten (30 s); then one period on
+    learner.add(Bracket(40.1995, 40.2006))
+    lattice = learner.lattice
+    assert lattice is not None and lattice.brackets == 2
+    assert lattice.period_range_s[0] >= learned[0] and lattice.period_range_s[1] <= learned[1]
+    assert lattice.period_s == pytest.approx(0.1, abs=5e-4)
+
+
+def test_brackets_the_learned_periods_contradict_are_fitted_with_the_prior_alone():
+    """A learned range is only as good as the brackets behind it: brackets no period in it fits (a
+    counter now publishing every 90 ms) are fitted afresh, and what they allow is learned instead."""
+    learner = TickLearner()
+    for bracket in around([1.0, 1.1, 1.2, 1.3], 0.0006):
+        learner.add(bracket)
+    for bracket in around([40.0, 40.09, 40.18], 0.0006):
+        learner.add(bracket)
+    lattice = learner.lattice
+    assert lattice is not None and lattice.numbered
+    assert lattice.period_s == pytest.approx(0.09, abs=1e-4)
+    assert learner.period_range_s == lattice.period_range_s
+
+
+def test_starting_again_forgets_the_learned_periods_and_a_copy_keeps_them():
+    learner = learner_with([1.0, 1.1, 1.2, 1.3])
+    assert learner.copy().period_range_s == learner.period_range_s is not None
+    learner.miss()
+    learner.miss()
+    assert learner.period_range_s is None
+
+
 def test_a_copy_of_a_learner_knows_what_it_knows_and_goes_its_own_way():
     learner = learner_with([1.0, 1.1, 1.2, 1.3], nominal_s=0.11)
     learner.miss()

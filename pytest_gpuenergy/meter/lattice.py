@@ -149,6 +149,10 @@ class TickLearner:
         self.brackets: list[Bracket] = []
         self.lattice: Lattice | None = None
         self.misses = 0
+        # The periods every consistent lattice so far allowed: the true one lies in each, so their
+        # intersection holds it too, after the brackets that showed it are forgotten or are too
+        # far from the newest ones to number them (a long region read sparsely leaves seconds between).
+        self.period_range_s: tuple[float, float] | None = None
 
     @property
     def period_s(self) -> float:
@@ -159,9 +163,11 @@ class TickLearner:
             return
         newest = bracket.before
         self.brackets = [b for b in [*self.brackets, bracket][-_MAX_BRACKETS:] if b.before >= newest - _WINDOW_S]
-        fitted = fit(self.brackets, self.nominal_period_s)
+        fitted = fit(self.brackets, self.nominal_period_s, self.period_range_s)
         if fitted is not None:
             self.lattice = fitted
+            if fitted.numbered:
+                self.period_range_s = fitted.period_range_s
 
     def confident(self, moment: float, within_s: float) -> bool:
         """Whether the lattice is known to ``within_s`` at ``moment``: reading only around its ticks is safe."""
@@ -176,6 +182,7 @@ class TickLearner:
         """An independent learner that knows what this one knows (brackets and lattices are frozen)."""
         twin = TickLearner(self.nominal_period_s)
         twin.brackets, twin.lattice, twin.misses = list(self.brackets), self.lattice, self.misses
+        twin.period_range_s = self.period_range_s
         return twin
 
     def hit(self) -> None:
@@ -187,10 +194,12 @@ class TickLearner:
         if self.misses >= _MAX_MISSES:
             self.brackets.clear()
             self.lattice = None
+            self.period_range_s = None
             self.misses = 0
 
 
-def fit(brackets: Sequence[Bracket], nominal_period_s: float) -> Lattice | None:
+def fit(brackets: Sequence[Bracket], nominal_period_s: float,
+        known_period_s: tuple[float, float] | None = None) -> Lattice | None:
     """The lattice the newest ``brackets`` allow (period and phase), or None with fewer than two ticks.
 
     Ticks are numbered from the newest bracket back, each older bracket only where the newer ones
@@ -202,37 +211,44 @@ def fit(brackets: Sequence[Bracket], nominal_period_s: float) -> Lattice | None:
     the middle of that range and the phase the middle of the interval the brackets leave at that
     period. Brackets that no strictly periodic lattice fits (jitter) give the least-squares lattice
     with no error bound (``numbered`` empty).
+
+    ``known_period_s``, the periods earlier brackets allowed (``TickLearner.period_range_s``), takes
+    the prior's place: it numbers brackets across gaps the prior cannot (a long region read sparsely
+    leaves seconds between its brackets, where the prior admits 48 to 76 ticks in 6.1 s and the fit
+    fell back to the newest two brackets: a period 2 % off, and a figure with it), and it bounds the
+    period. Brackets it contradicts (no two numbered) are fitted again with the prior alone.
     """
     if len(brackets) < 2:
         return None
-    brackets, ks = _numbered_from_newest(brackets, nominal_period_s)
+    prior = known_period_s or (_PERIOD_PRIOR[0] * nominal_period_s, _PERIOD_PRIOR[1] * nominal_period_s)
+    numbered_brackets, ks = _numbered_from_newest(brackets, prior)
     if len(set(ks)) < 2:
-        return None
-    middles = [b.middle for b in brackets]
-    period = _weighted_slope(ks, middles, [1.0 / max(b.width, 1e-4) ** 2 for b in brackets])
-    period_low, period_high = 0.0, math.inf
-    for i, (bi, ki) in enumerate(zip(brackets, ks)):
-        for bj, kj in zip(brackets[i + 1:], ks[i + 1:]):
+        return fit(brackets, nominal_period_s) if known_period_s is not None else None
+    middles = [b.middle for b in numbered_brackets]
+    period = _weighted_slope(ks, middles, [1.0 / max(b.width, 1e-4) ** 2 for b in numbered_brackets])
+    period_low, period_high = known_period_s or (0.0, math.inf)
+    for i, (bi, ki) in enumerate(zip(numbered_brackets, ks)):
+        for bj, kj in zip(numbered_brackets[i + 1:], ks[i + 1:]):
             if kj > ki:
                 period_low = max(period_low, (bj.after - bi.before) / (kj - ki))
                 period_high = min(period_high, (bj.before - bi.after) / (kj - ki))
     if period_low <= period_high:
         period = (period_low + period_high) / 2
-    low = max(b.after - k * period for b, k in zip(brackets, ks))
-    high = min(b.before - k * period for b, k in zip(brackets, ks))
+    low = max(b.after - k * period for b, k in zip(numbered_brackets, ks))
+    high = min(b.before - k * period for b, k in zip(numbered_brackets, ks))
     if period_low <= period_high and low <= high:
-        numbered = tuple((b.after, b.before, k) for b, k in zip(brackets, ks))
-        return Lattice(period, (low + high) / 2, (period_low, period_high), numbered, len(brackets))
+        numbered = tuple((b.after, b.before, k) for b, k in zip(numbered_brackets, ks))
+        return Lattice(period, (low + high) / 2, (period_low, period_high), numbered, len(numbered_brackets))
     phase = statistics.fmean(m - k * period for m, k in zip(middles, ks))
-    return Lattice(period, phase, (0.0, math.inf), (), len(brackets))
+    return Lattice(period, phase, (0.0, math.inf), (), len(numbered_brackets))
 
 
-def _numbered_from_newest(brackets: Sequence[Bracket], nominal_period_s: float) -> tuple[list[Bracket], list[int]]:
+def _numbered_from_newest(brackets: Sequence[Bracket], prior_s: tuple[float, float]) -> tuple[list[Bracket], list[int]]:
     """The newest brackets, oldest first, with their tick numbers (the newest: 0), as far back as each
     older bracket has only one number that every newer one allows with a period in the range they
     and the prior leave; the first bracket with two possible numbers (or none) ends them."""
     ordered = sorted(brackets, key=lambda b: b.middle)
-    period_low, period_high = _PERIOD_PRIOR[0] * nominal_period_s, _PERIOD_PRIOR[1] * nominal_period_s
+    period_low, period_high = prior_s
     tied, ks = [ordered[-1]], [0]
     for older in reversed(ordered[:-1]):
         lowest, highest = -math.inf, math.inf
