@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gpuenergy.meter import EnergyMeter
 from pytest_gpuenergy.meter.lattice import Lattice
-from pytest_gpuenergy.meter.recorder import SPARSE_EVERY, Recorder, Skip, ThreadDriver
+from pytest_gpuenergy.meter.recorder import POLL_S, SPARSE_EVERY, Recorder, Skip, ThreadDriver
 from pytest_gpuenergy.meter.results import COUNTER, SAMPLING
 
 from helpers import declare, exact_j, spin
@@ -94,6 +94,30 @@ def test_a_region_with_phase_marks_is_read_at_every_tick(wall_backend):
     inside = reads_inside(meter)
     t0, t1 = meter.last_region
     assert len(inside) >= 0.9 * (t1 - t0) / meter.recorders[0].period_s, len(inside)
+
+
+def tick_brackets_s(meter: EnergyMeter) -> list[float]:
+    """The width of each bracket around a publication inside the region: from the read before the value
+    moved to the read that saw it move."""
+    inside = reads_inside(meter)
+    return [b.ended - a.started for a, b in zip(inside, inside[1:]) if b.value != a.value]
+
+
+def test_a_region_with_phase_marks_brackets_every_tick_finely_and_one_without_does_not(backend):
+    """Phase attribution dates each publication by the bracket around it: inside a marked region every
+    tick is polled at POLL_S. Found on 2026-11-28: once the learner kept its lattice up to date (it had
+    stopped numbering the brackets a confident recorder takes every fourth tick), a marked region was
+    read only just after most ticks, and the watched training steps' phase bounds came out two to
+    three times wider. An unmarked region reads just after most ticks, as designed."""
+    meter = learned_meter(backend)
+    with meter, meter.phase("work"):
+        backend.sleep_until(backend.clock() + 2.0)
+    marked = tick_brackets_s(meter)
+    assert len(marked) >= 19 and max(marked[1:]) <= POLL_S + 1e-9, marked   # (the first: polled before the mark)
+    with meter:
+        backend.sleep_until(backend.clock() + 2.0)
+    plain = tick_brackets_s(meter)
+    assert len(plain) >= 19 and sum(width > 0.05 for width in plain) >= len(plain) // 2, plain
 
 
 def test_on_a_virtual_clock_every_tick_is_read_as_before(backend):

@@ -14,7 +14,7 @@ Inside a long region on real time it reads one tick in ``SPARSE_EVERY`` (the cou
 a region's energy needs the publications at its edges, not every one between them; each read and
 each wake-up costs a main thread that runs Python the GIL). It reads every tick for two periods
 after a region's start and after its end, throughout a region with phase marks (their attribution
-needs every window), for power readings (each one averages its own window) and on a simulator's
+needs every window, each publication bracketed at ``POLL_S``), for power readings (each one averages its own window) and on a simulator's
 virtual clock (no real time is lost there, and its figures stay as they were). A region's end wakes
 a sleeping recorder to read at once, so the publication just before the end is known.
 """
@@ -331,7 +331,8 @@ class Recorder:
         # with slow reads (2.4 ms on a real H100) the lattice is as good as it gets at about half
         # a read: refresh by that measure, or every tick would be bracketed.
         every = _REFRESH_RARELY if error <= max(_TIGHT_ERROR_S, 0.6 * self._read_cost_s) else _REFRESH_EVERY
-        if error > max(_FINE_ERROR_S, 0.8 * self._read_cost_s) or self._since_refresh + 1 >= every:
+        if (error > max(_FINE_ERROR_S, 0.8 * self._read_cost_s) or self._since_refresh + 1 >= every
+                or self._marks_open()):
             lead = (_LEAD_S + error + self._read_cost_s + min(self._latency_s, 0.2 * period)
                     + self._jitter.uniform(0.0, _LEAD_S))
             if self.clock() > expected - lead:   # too close to brace for it: take the next one
@@ -344,7 +345,8 @@ class Recorder:
                     self.learner.miss()
                 return
             self._since_refresh = 0
-            yield from self._poll_until_change(_REFRESH_POLL_S, give_up_at=expected + 0.25 * period)
+            step_s = POLL_S if self._marks_open() else _REFRESH_POLL_S
+            yield from self._poll_until_change(step_s, give_up_at=expected + 0.25 * period)
             return
         self._since_refresh += 1
         yield expected + _LEAD_S + error + self._jitter.uniform(0.0, _LEAD_S)
@@ -354,6 +356,13 @@ class Recorder:
             # The counter moves at every tick (a GPU always draws power): the tick is late.
             self.learner.miss()
             yield from self._poll_until_change(POLL_S)
+
+    def _marks_open(self) -> bool:
+        """Whether a region with phase marks is open: its attribution dates each publication by the
+        bracket around it, so every tick is bracketed finely there (a read just after a tick dates it
+        only to the lattice's error, which left phases' bounds two to three times wider)."""
+        with self.changed:
+            return bool(self._every_tick)
 
     def _learn(self, expected: float | None) -> Iterator[float]:
         """Poll near the next expected tick until the value moves."""
