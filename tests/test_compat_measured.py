@@ -271,3 +271,51 @@ def test_a_projects_own_energy_markers_stay_its_own(pytester):
     pytester.makepyfile(test_m=PROJECT_MARKERS + "\n@pytest.mark.energy('x')\ndef test_meter(energy_meter):\n    pass\n")
     taken = pytester.runpytest("--energy-all")          # on a test that takes the plugin's fixture it is the plugin's
     assert taken.ret == pytest.ExitCode.USAGE_ERROR
+
+
+PROJECT_CAPS_MARKER = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.gpu_caps("fp64")
+    def test_needs_fp64():
+        pass
+
+    @pytest.mark.gpu_caps(2)
+    def test_two_gpus():
+        pass
+
+    def test_plain():
+        pass
+    """
+)
+
+
+def test_a_projects_own_gpu_caps_marker_stays_its_own(pytester):
+    """As a project's own ``energy`` markers (above): a suite whose tests carry a ``gpu_caps`` marker of
+    its own (what GPU capabilities a test needs) failed ``--energy-all`` at collection ("fp64" is no
+    cap), or had its tests run at caps it never asked for (``gpu_caps(2)``: 2 W, skipped as out of
+    range). Registered by the project, on a test that takes none of the plugin's fixtures, the marker
+    is the project's: the test runs at the session's caps, and the end of the session says so."""
+    pytester.makepyfile(test_m=PROJECT_CAPS_MARKER)
+    assert same_outcome_without_the_plugin(pytester) == {"passed": 3}
+    unregistered = pytester.runpytest("--energy-all", "--gpu-caps=60%,100%")
+    assert unregistered.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("test_needs_fp64" in line and "register it in your pytest configuration, markers = gpu_caps" in line
+               for line in unregistered.errlines + unregistered.outlines)
+    pytester.makeini("[pytest]\nmarkers =\n    gpu_caps(*needs): what GPU the test needs\n")
+    assert same_outcome_without_the_plugin(pytester, "--strict-markers") == {"passed": 3}
+    for extra in ((), ("-p", "xdist", "-n", "2")):
+        result = pytester.runpytest_subprocess("--energy-all", "--gpu-caps=60%,100%", "--strict-markers", "-v", *extra)
+        result.assert_outcomes(passed=6)
+        for test in ("test_needs_fp64", "test_two_gpus", "test_plain"):
+            assert sum("PASSED" in line and (f"{test}[60%]" in line or f"{test}[100%]" in line)
+                       for line in result.outlines) == 2, result.outlines
+        text = " ".join(result.stdout.str().split())
+        assert ("this project registers a marker named gpu_caps of its own: --energy-all measured 2 tests that carry it "
+                "and take none of the plugin's fixtures as if they had none") in text, text[-1500:]
+        assert text.count("named gpu_caps of") == 1
+    pytester.makepyfile(test_m=PROJECT_CAPS_MARKER + "\n@pytest.mark.gpu_caps('fp64')\ndef test_capped(gpu_power_cap):\n    pass\n")
+    taken = pytester.runpytest("--energy-all", "--gpu-caps=60%")   # on a test that takes the plugin's fixture it is the plugin's
+    assert taken.ret == pytest.ExitCode.USAGE_ERROR
+    assert not any("register it" in line for line in taken.errlines + taken.outlines)

@@ -16,7 +16,7 @@ import pytest
 
 from ..gpu.specs import parse_caps
 from .fixtures import held_gpus, test_session
-from .knobs import Knob, held_setting, uses_plugin_fixture
+from .knobs import Knob, held_setting, knob_marker, uses_plugin_fixture
 from .markers import settings_of
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class EveryTest:
     @staticmethod
     def _measured(request: pytest.FixtureRequest, session: EnergySession) -> Iterator[None]:
         setting = None
-        caps_apply = hasattr(request, "param") or session.options.caps or request.node.get_closest_marker("gpu_caps")
+        caps_apply = hasattr(request, "param") or session.options.caps or knob_marker(request.node, EVERY_TEST_KNOB)
         if caps_apply and not uses_plugin_fixture(request.node, "gpu_power_cap"):
             setting = held_setting(request, session, session.capper(), EVERY_TEST_KNOB,
                                    lambda cap: setattr(session, "active_cap", cap))

@@ -31,7 +31,7 @@ from . import knobs, markers
 from .clocks import CLOCK_KNOB, gpu_clock_cap  # noqa: F401  (the fixture, registered with this plugin)
 from .every_test import EVERY_TEST_KNOB, EveryTest, meter_of
 from .fixtures import POWER_KNOB, _gpuenergy_lease, energy_meter, gpu_power_cap  # noqa: F401  (the fixtures)
-from .knobs import Knob, uses_plugin_fixture
+from .knobs import Knob, takes_plugin_fixture, uses_plugin_fixture
 from .markers import MARKERS, NOTHING_MEASURED, settings_of
 from .options import SessionOptions, asked_for_gpus, parse_settings, pytest_addoption, resolve_gate_options  # noqa: F401 (the hook)
 from .state import STATE_KEY, PluginState, session_of, state_of
@@ -51,7 +51,6 @@ _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed 
 _WORKER_GPU_ORDER = "gpuenergy_gpu_order"        # the GPUs' order the controller chose (free ones first)
 _KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
 TERMINAL_TESTS = 30                               # the results table's most tests in the terminal (pytest -v: all)
-_FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
 
 
 # -- lifetime --------------------------------------------------------------------------------------
@@ -263,14 +262,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         knobs.keep_own_settings(items, knob, values)
         knobs.mark_for_hypothesis(items, knob)
     theirs = markers.project_markers(config)
-    in_use = state.options.every_test or any(_takes_fixture(item) for item in items)
+    in_use = state.options.every_test or any(takes_plugin_fixture(item) for item in items)
     for item in items:
         item.stash[markers.BUDGETS_KEY], item.stash[markers.SETTINGS_KEY] = markers.checked_markers(
-            item, _takes_fixture, theirs, note=state.options.every_test, in_use=in_use)
-
-
-def _takes_fixture(item: pytest.Item) -> bool:
-    return any(uses_plugin_fixture(item, name) for name in _FIXTURES)
+            item, takes_plugin_fixture, theirs, note=state.options.every_test, in_use=in_use)
+        if (state.options.every_test and item.get_closest_marker(EVERY_TEST_KNOB.marker) is not None
+                and knobs.knob_marker(item, EVERY_TEST_KNOB) is None):
+            markers.note_kept(item, EVERY_TEST_KNOB.marker)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -280,7 +278,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
     if state is None or session.config.option.collectonly:
         return
-    if state.session is None and state.unavailable is None and any(_takes_fixture(item) for item in session.items):
+    if state.session is None and state.unavailable is None and any(takes_plugin_fixture(item) for item in session.items):
         state.start(usage_errors=False)
         state.late = True
     if state.budget_file is not None and state.session is not None:

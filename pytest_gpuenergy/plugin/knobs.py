@@ -17,6 +17,7 @@ import pytest
 
 from ..errors import CapOutOfRange, CapSyntaxError, GpuEnergyError, LimitRestoreError
 from ..gpu import signals
+from .markers import own_marker_hint, project_markers
 
 _PLUGIN_MODULES = ("pytest_gpuenergy.plugin.fixtures", "pytest_gpuenergy.plugin.clocks", "pytest_gpuenergy.plugin.every_test")
 _PARAMETER_SET = type(pytest.param(None))          # what pytest.param() returns
@@ -36,6 +37,14 @@ class Knob:
     # --energy-all's cap: a test it was not written for runs once, at the current limit, where running it
     # once per cap would put the cap into the names of the results it keeps (``named_after_the_test``)
     spares_named_results: bool = False
+
+
+PLUGIN_FIXTURES = ("energy_meter", "gpu_power_cap", "gpu_clock_cap")
+
+
+def takes_plugin_fixture(node: Any) -> bool:
+    """Whether ``node`` takes any of the plugin's fixtures (a test written for it)."""
+    return any(uses_plugin_fixture(node, name) for name in PLUGIN_FIXTURES)
 
 
 def uses_plugin_fixture(node: Any, name: str) -> bool:
@@ -85,10 +94,21 @@ def named_after_the_test(node: Any) -> str | None:
     return None
 
 
-def marker_settings(node: Any, knob: Knob) -> list[Any] | None:
-    """The settings a ``gpu_caps``/``gpu_clocks`` marker gives one test, or None without one; a bad
-    value raises CapSyntaxError naming the marker."""
+def knob_marker(node: Any, knob: Knob) -> Any | None:
+    """The test's ``gpu_caps``/``gpu_clocks`` marker, or None without one, and where it is the project's
+    own: the project registers a marker of that name itself (``markers.project_markers``) and the test
+    takes none of the plugin's fixtures (``--energy-all`` measures it at the session's caps, and the
+    end of the session says so). Such a marker once failed a suite at collection, or set its caps."""
     marker = node.get_closest_marker(knob.marker)
+    if marker is not None and knob.marker in project_markers(node.config) and not takes_plugin_fixture(node):
+        return None
+    return marker
+
+
+def marker_settings(node: Any, knob: Knob) -> list[Any] | None:
+    """The settings a ``gpu_caps``/``gpu_clocks`` marker gives one test, or None without one (or where
+    it is the project's own, ``knob_marker``); a bad value raises CapSyntaxError naming the marker."""
+    marker = knob_marker(node, knob)
     return None if marker is None else _marker_values(marker, knob)
 
 
@@ -118,7 +138,8 @@ def parametrize(metafunc: pytest.Metafunc, knob: Knob, session_values: Sequence[
         own = marker_settings(definition, knob)
         per_parameter_set = _parameter_set_settings(definition, knob)
     except CapSyntaxError as exc:
-        return f"{definition.nodeid}: {exc}"
+        hint = "" if takes_plugin_fixture(definition) else f" {own_marker_hint(knob.marker)}"
+        return f"{definition.nodeid}: {exc}{hint}"
     if knob.spares_named_results and own is None and not per_parameter_set and named_after_the_test(definition):
         return None         # once, at the current limit (``_note_unparametrised`` says so at the end)
     values = list(own if own is not None else session_values)

@@ -104,10 +104,24 @@ def project_markers(config: pytest.Config) -> set[str]:
     return found
 
 
+def own_marker_hint(marker: str) -> str:
+    """What a usage error about a marker the plugin cannot read adds, on a test that takes none of its fixtures."""
+    return (f"(a marker of your project's own named {marker}? register it in your pytest configuration, "
+            f"markers = {marker}: ..., and the plugin leaves it to the tests that take none of its fixtures)")
+
+
 # marker -> the tests whose marker of that name was the project's own (``checked_markers``)
 KEPT_MARKERS_KEY = pytest.StashKey[dict]()
 SETTINGS_KEY = pytest.StashKey[dict]()      # the test's energy(...) marker, checked
 BUDGETS_KEY = pytest.StashKey[list]()       # the test's energy_budget markers, checked
+
+
+def note_kept(item: pytest.Item, marker: str) -> None:
+    """Remember that ``item``'s ``marker`` was the project's own, once per test function (not per cap)."""
+    tests = item.config.stash.setdefault(KEPT_MARKERS_KEY, {}).setdefault(marker, [])
+    test = item.nodeid.split("[", 1)[0]
+    if test not in tests:
+        tests.append(test)
 
 
 def settings_of(item: pytest.Item) -> dict:
@@ -135,11 +149,8 @@ def checked_markers(item: pytest.Item, takes_fixture: Callable[[pytest.Item], bo
             if takes_fixture(item):
                 raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
             if marker not in theirs:
-                raise pytest.UsageError(
-                    f"{item.nodeid}: {exc} (a marker of your project's own named {marker}? register it in your pytest "
-                    f"configuration, markers = {marker}: ..., and the plugin leaves it to the tests that take none of "
-                    f"its fixtures)") from None
+                raise pytest.UsageError(f"{item.nodeid}: {exc} {own_marker_hint(marker)}") from None
             if note:
-                item.config.stash.setdefault(KEPT_MARKERS_KEY, {}).setdefault(marker, []).append(item.nodeid)
+                note_kept(item, marker)
             found.append(default)
     return found[0], found[1]
