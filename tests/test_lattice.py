@@ -413,3 +413,27 @@ def test_a_date_the_lattice_gives_always_holds_the_true_tick(period_s, phase_sha
         first, last = _true_tick_before(earliest, phase_s, period_s) + 1, _true_tick_before(earliest + width_s, phase_s, period_s)
         for true_k in range(first, last + 1):          # every true tick inside the span is the one dated
             assert dated is None or abs(phase_s + true_k * period_s - lattice.tick_at(dated[0])) <= dated[1] + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(period_s=st.floats(0.085, 0.12), phase_share=st.floats(0.0, 1.0),
+       ticks=st.lists(st.integers(0, 250), min_size=2, max_size=24, unique=True),
+       widths=st.lists(st.tuples(st.floats(1e-6, 0.013), st.floats(1e-6, 0.013)), min_size=24, max_size=24))
+def test_the_periods_a_learner_keeps_always_hold_the_true_one(period_s, phase_share, ticks, widths):
+    """Brackets around any ticks of a strictly periodic counter, dense and sparse (gaps up to 25 s, as
+    a long region read sparsely leaves): the periods the learner keeps and its lattice's range hold the
+    true period after every bracket, and every bracket its lattice numbers holds its tick."""
+    phase_s = phase_share * period_s
+    learner = TickLearner()
+    for k, (before, after) in zip(sorted(ticks), widths):
+        tick = phase_s + k * period_s
+        learner.add(Bracket(tick - before, tick + after))
+        if learner.period_range_s is not None:
+            low, high = learner.period_range_s
+            assert low - 1e-12 <= period_s <= high + 1e-12, (learner.period_range_s, period_s)
+        lattice = learner.lattice
+        if lattice is not None and lattice.numbered:
+            newest_k = _true_tick_before(lattice.numbered[-1][1], phase_s, period_s)
+            for after_s, before_s, k_i in lattice.numbered:
+                true_tick = phase_s + (newest_k + k_i) * period_s
+                assert after_s - 1e-9 <= true_tick <= before_s + 1e-9, (k_i, after_s, before_s, true_tick)
