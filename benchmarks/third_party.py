@@ -4,14 +4,16 @@
 
 The plugin is enabled in every pytest session of an environment it is installed in, so it must
 leave a suite that never uses it exactly as it was: the same outcome for every test, and little
-time. Three projects, chosen for what trips plugins, each from its source distribution on PyPI
+time. Four projects, chosen for what trips plugins, each from its source distribution on PyPI
 (pinned, so the figures repeat):
 
 * **pluggy 1.6.0**: ``filterwarnings = error`` (any warning the plugin issued would fail tests);
 * **attrs 26.1.0**: ``--strict-markers --strict-config``, ``--import-mode=importlib``; about 1,400
   CPU-bound tests (hypothesis): the suite on which the plugin's cost is measured;
 * **pebble 5.2.3**: multiprocessing: process pools that fork, time out and terminate their
-  workers (the files with ``fork`` in their name; ``--quick``: the pool's only).
+  workers (the files with ``fork`` in their name; ``--quick``: the pool's only);
+* **jinja2 3.1.6**: a plain application-style suite (784 tests, 704 distinct ids; parametrised fixtures), with
+  ``filterwarnings = error`` too (its two async files need trio: left out).
 
 Each suite runs in this environment with its own package first on ``sys.path``, alternately with
 the plugin and without it (ABBA...), ``--runs`` times each (default 3, ``--quick`` 1); the compatibility
@@ -64,6 +66,10 @@ PROJECTS = (
     Project("pebble", "5.2.3", ".", ("test/test_process_pool_fork.py", "test/test_concurrent_process_fork.py",
                                      "test/test_asynchronous_process_fork.py"),
             ("test/test_process_pool_fork.py",), "multiprocessing: fork, timeouts, terminate"),
+    # (its two async test files need trio, which this environment does not install)
+    Project("jinja2", "3.1.6", "src", ("tests", "--ignore=tests/test_async.py", "--ignore=tests/test_async_filters.py"),
+            ("tests", "--ignore=tests/test_async.py", "--ignore=tests/test_async_filters.py"),
+            "filterwarnings = error; fixtures with params; a template engine's 784 tests"),
 )
 
 
