@@ -14,9 +14,10 @@ Inside a long region on real time it reads one tick in ``SPARSE_EVERY`` (the cou
 a region's energy needs the publications at its edges, not every one between them; each read and
 each wake-up costs a main thread that runs Python the GIL). It reads every tick for two periods
 after a region's start and after its end, throughout a region with phase marks (their attribution
-needs every window, each publication bracketed at ``POLL_S``), for power readings (each one averages its own window) and on a simulator's
-virtual clock (no real time is lost there, and its figures stay as they were). A region's end wakes
-a sleeping recorder to read at once, so the publication just before the end is known.
+needs every window, each publication bracketed at ``POLL_S``), for power readings (each one averages
+its own window) and on a simulator's virtual clock (no real time is lost there, and its figures stay
+as they were). A region's end wakes a sleeping recorder to read at once, so the publication just
+before the end is known.
 """
 
 from __future__ import annotations
