@@ -266,8 +266,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.stash[markers.BUDGETS_KEY], item.stash[markers.SETTINGS_KEY] = markers.checked_markers(
             item, takes_plugin_fixture, theirs, note=state.options.every_test, in_use=in_use)
-        if (state.options.every_test and item.get_closest_marker(EVERY_TEST_KNOB.marker) is not None
-                and knobs.knob_marker(item, EVERY_TEST_KNOB) is None):
+        if state.options.every_test and knobs.projects_own_marker(item, EVERY_TEST_KNOB):
             markers.note_kept(item, EVERY_TEST_KNOB.marker)
 
 

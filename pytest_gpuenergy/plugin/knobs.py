@@ -94,15 +94,19 @@ def named_after_the_test(node: Any) -> str | None:
     return None
 
 
+def projects_own_marker(node: Any, knob: Knob) -> bool:
+    """Whether the test carries a ``gpu_caps``/``gpu_clocks`` marker that is the project's own: the
+    project registers a marker of that name itself (``markers.project_markers``) and the test takes
+    none of the plugin's fixtures (``--energy-all`` measures it at the session's caps, and the end of
+    the session says so). Such a marker once failed a suite at collection, or set its caps."""
+    return (node.get_closest_marker(knob.marker) is not None and knob.marker in project_markers(node.config)
+            and not takes_plugin_fixture(node))
+
+
 def knob_marker(node: Any, knob: Knob) -> Any | None:
-    """The test's ``gpu_caps``/``gpu_clocks`` marker, or None without one, and where it is the project's
-    own: the project registers a marker of that name itself (``markers.project_markers``) and the test
-    takes none of the plugin's fixtures (``--energy-all`` measures it at the session's caps, and the
-    end of the session says so). Such a marker once failed a suite at collection, or set its caps."""
-    marker = node.get_closest_marker(knob.marker)
-    if marker is not None and knob.marker in project_markers(node.config) and not takes_plugin_fixture(node):
-        return None
-    return marker
+    """The test's ``gpu_caps``/``gpu_clocks`` marker, or None without one and where it is the project's
+    own (``projects_own_marker``)."""
+    return None if projects_own_marker(node, knob) else node.get_closest_marker(knob.marker)
 
 
 def marker_settings(node: Any, knob: Knob) -> list[Any] | None:
