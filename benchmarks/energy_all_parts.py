@@ -71,7 +71,7 @@ def _wrap_parts() -> None:
     _timed(recorder.Recorders, "of", "meter: recorder (started)")
     _timed(energy_meter.EnergyMeter, "__enter__", "meter: region start")
     _timed(energy_meter.EnergyMeter, "__exit__", "meter: region end")
-    _timed(region, "other_processes", "region: other processes")
+    _timed(region, "_others", "region: other processes (answers taken)")
     _timed(region, "resolve_reading", "region: its figure")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_gpuenergy.errors import DeviceError
-from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes, other_processes_later
+from pytest_gpuenergy.meter.region import PROCESS_LIST_REUSE_S, PendingResult, other_processes_later
 from pytest_gpuenergy.plugin.options import SessionOptions
 from pytest_gpuenergy.plugin.session import EnergySession
 
@@ -119,6 +119,11 @@ def test_the_limits_a_region_records_are_read_each_time_the_default_once(sim_sta
         backend.close()
 
 
+def asked_now(gpus: list, **kwargs: float) -> list[set[int]]:
+    """The lists asked on this thread (as on the simulator's virtual clock), answered at once."""
+    return other_processes_later(gpus, background=False, **kwargs)()
+
+
 class Listed:
     """A device whose library lists ``pids`` on it; counts how often it was asked."""
 
@@ -137,15 +142,15 @@ def test_a_regions_start_takes_the_running_processes_from_an_end_asked_just_befo
     """Back-to-back short tests: a region's start reuses the list the previous region's end asked for
     at most ``reuse_s`` before; an end always asks, and a start after longer asks again."""
     gpu = Listed(4242)
-    assert other_processes([gpu], now=100.0) == [{4242}]                        # an end: asked
+    assert asked_now([gpu], now=100.0) == [{4242}]                        # an end: asked
     gpu.pids = [4242, 5151]
-    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.04) == [{4242}]   # the next start: reused
+    assert asked_now([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.04) == [{4242}]   # the next start: reused
     assert gpu.asked == 1
-    assert other_processes([gpu], now=100.045) == [{4242, 5151}]                # its end asks again
-    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.1) == [{4242, 5151}]
+    assert asked_now([gpu], now=100.045) == [{4242, 5151}]                # its end asks again
+    assert asked_now([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.1) == [{4242, 5151}]
     assert gpu.asked == 3                                                        # 55 ms later: asked again
     gpu.pids = []
-    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.2) == [set()] and gpu.asked == 4
+    assert asked_now([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=100.2) == [set()] and gpu.asked == 4
 
 
 
@@ -165,30 +170,34 @@ class Slow(Listed):
         return super().processes()
 
 
-def test_a_regions_end_asks_for_the_list_without_waiting_and_the_next_start_takes_that_answer():
-    """A region's end (real time) asks on a thread of its own and goes on; its figure later gets the
-    list as the library gave it, and a start within ``reuse_s`` waits for that same answer rather
-    than asking again."""
+def test_neither_a_regions_start_nor_its_end_waits_for_the_list_and_a_start_takes_the_ends_answer():
+    """In real time the lists are asked on a thread of its own and the test goes on; the figure later
+    gets each list as the library gave it. A start within ``reuse_s`` of an end takes that end's
+    answer (waiting for it only when the figure is worked out) rather than asking again."""
     gpu = Slow(4242)
     later = other_processes_later([gpu], now=200.0)          # returns although the library has not answered
     assert gpu.asked == 0
     gpu.answer.set()
     assert later() == [{4242}] and gpu.asked == 1
     gpu.pids = [4242, 5151]
-    assert other_processes([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=200.03) == [{4242}] and gpu.asked == 1
+    assert asked_now([gpu], reuse_s=PROCESS_LIST_REUSE_S, now=200.03) == [{4242}] and gpu.asked == 1
     waiting = Slow(77)
-    later = other_processes_later([waiting], now=300.0)
-    started = threading.Timer(0.05, waiting.answer.set)
-    started.start()
-    assert other_processes([waiting], reuse_s=PROCESS_LIST_REUSE_S, now=300.01) == [{77}]   # waited for it
-    assert later() == [{77}] and waiting.asked == 1
-    started.join()
+    end = other_processes_later([waiting], now=300.0)
+    start = other_processes_later([waiting], reuse_s=PROCESS_LIST_REUSE_S, now=300.01)   # returns at once too
+    assert waiting.asked == 0
+    waiting.answer.set()
+    assert start() == [{77}] and end() == [{77}] and waiting.asked == 1
+    fresh = Slow(88)
+    start = other_processes_later([fresh], reuse_s=PROCESS_LIST_REUSE_S, now=400.0)     # nothing to reuse: asked,
+    assert fresh.asked == 0                                                              # ...in the background
+    fresh.answer.set()
+    assert start() == [{88}] and fresh.asked == 1
 
 
 def test_a_background_list_that_fails_is_empty_for_a_library_error_and_raised_otherwise():
     refused = Slow(fails=DeviceError("nvmlDeviceGetComputeRunningProcesses: not supported"))
     refused.answer.set()
-    assert other_processes_later([refused], now=400.0)() == [set()]
+    assert other_processes_later([refused], now=450.0)() == [set()]
     broken = Slow(fails=RuntimeError("a bug"))
     broken.answer.set()
     with pytest.raises(RuntimeError, match="a bug"):
@@ -242,6 +251,36 @@ def test_a_figure_tried_before_its_publications_does_not_wait_for_the_ends_proce
     assert any("also used by process 4242 " in note for note in notes), notes
 
 
+def test_a_regions_start_does_not_wait_for_the_library_and_its_list_is_named_in_the_figure(wall_backend, monkeypatch):
+    """On a real GPU the library's list waits behind the recorder's energy read (2.4 ms on an H200):
+    a region's start asks in the background, the test goes on, and a process listed at the start
+    alone (gone by the end) is still named in the figure."""
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    gpu = wall_backend.select(None)[0]
+    answer = threading.Event()
+    listed = gpu.processes
+    calls: list[str] = []
+
+    def slow_processes() -> list[int]:
+        calls.append(threading.current_thread().name)
+        assert answer.wait(10)
+        return [*listed(), 4242] if len(calls) == 1 else listed()     # 4242 at the start only
+
+    monkeypatch.setattr(gpu, "processes", slow_processes)
+    pending = []
+    meter = EnergyMeter(wall_backend, [gpu], on_result=pending.append)
+    started = time.monotonic()
+    with meter:
+        entered_s = time.monotonic() - started
+        time.sleep(0.01)
+    assert entered_s < 1.0 and time.monotonic() - started < 2.0     # neither edge waited for the 10 s answer
+    assert all(name.startswith("gpuenergy-processes") for name in calls) and calls
+    answer.set()
+    notes = meter.result.notes
+    assert any("also used by process 4242 " in note for note in notes), notes
+
+
 def _list_in_child(queue: Any) -> None:
     gpu = Listed(31337)
     queue.put(other_processes_later([gpu])())
@@ -268,8 +307,8 @@ def test_a_forked_child_asks_on_a_thread_of_its_own():
 def test_another_devices_list_is_never_reused():
     """Two simulated machines in one process have GPUs of the same UUID: each device keeps its own list."""
     first, second = Listed(4242), Listed()
-    assert other_processes([first], now=50.0) == [{4242}]
-    assert other_processes([second], reuse_s=PROCESS_LIST_REUSE_S, now=50.01) == [set()]
+    assert asked_now([first], now=50.0) == [{4242}]
+    assert asked_now([second], reuse_s=PROCESS_LIST_REUSE_S, now=50.01) == [set()]
     assert (first.asked, second.asked) == (1, 1)
 
 

@@ -73,8 +73,11 @@ class Region:
         self.planned_calls = planned_calls
         if align is not None:
             align(self)
-        self.others = other_processes([r.gpu for r in self.recorders], reuse_s=PROCESS_LIST_REUSE_S)
-        self._others_after: Callable[[], list[set[int]]] | None = None     # the end's list (``end``)
+        # the start's list, and the end's (``end``): neither is waited for until the figure is worked out
+        self._others_before: Callable[[], list[set[int]]] | None = other_processes_later(
+            [r.gpu for r in self.recorders], reuse_s=PROCESS_LIST_REUSE_S, background=backend.virtual_clock is None)
+        self._others_after: Callable[[], list[set[int]]] | None = None
+        self.others: list[set[int]] = []
         self.holds = [r.hold(clock() - 4 * r.period_s - 0.1) for r in self.recorders]
         self._cpu_at_start = sum(r.cpu_s() for r in self.recorders)
         self.host_marks = [host.mark()] if host is not None else []
@@ -177,12 +180,12 @@ class Region:
         return readings
 
     def _other_pids(self) -> list[set[int]]:
-        """Per GPU, the other processes listed at the region's start or end: the end's list is taken
+        """Per GPU, the other processes listed at the region's start or end: both lists are taken
         (waited for, if still being asked) only once the figure is there, never by a try that finds
         the publications still to come."""
-        if self._others_after is not None:
-            self.others = [a | b for a, b in zip(self.others, self._others_after())]
-            self._others_after = None
+        if self._others_before is not None and self._others_after is not None:
+            self.others = [a | b for a, b in zip(self._others_before(), self._others_after())]
+            self._others_before = self._others_after = None
         return self.others
 
     def _phases_of(self, recorder: Recorder, reading: RegionEnergy, marks: list[tuple[str, float, float]] | None = None,
@@ -379,25 +382,21 @@ _process_lists: weakref.WeakKeyDictionary[Gpu, tuple[float, Future[frozenset[int
 _listers: dict[int, ThreadPoolExecutor] = {}
 
 
-def other_processes(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, now: float | None = None) -> list[set[int]]:
-    """Per GPU, the PIDs of other processes its library (NVML, AMD SMI) lists on it.
-
-    Under a PID namespace (a container) the library reports host PIDs, so this process's own PID may not
-    be in the list; then one listed process is taken to be this one and only a second is "other".
-    ``reuse_s``: a list asked at most that long ago (``now``, on ``time.monotonic``) stands for a new one
-    (waiting for it, if it is still being asked): the library's call is one of its slower ones (232 us
-    on an H200), and a suite of short tests asked it twice a test.
-    """
-    return _others(gpus, _asked(gpus, reuse_s, now, background=False))
-
-
-def other_processes_later(gpus: Sequence[Gpu], *, background: bool = True,
+def other_processes_later(gpus: Sequence[Gpu], *, reuse_s: float = 0.0, background: bool = True,
                           now: float | None = None) -> Callable[[], list[set[int]]]:
-    """:func:`other_processes` asked now, on a thread of its own where ``background``: what the returned
-    function gives (waiting for it if need be). A region's end asks so, and its figure, worked out
-    later, takes the answer: the list is the one at the end, and the test does not wait for the
-    library meanwhile (the next region's start reuses it, see ``reuse_s``)."""
-    asked = _asked(gpus, 0.0, now, background=background)
+    """Per GPU, the PIDs of other processes its library (NVML, AMD SMI) lists on it: what the returned
+    function gives, waiting for the answer if need be.
+
+    Asked on a thread of its own where ``background``, so that neither a region's start nor its end
+    waits for the library: its call is one of the slower ones (47-576 us on an H200, the most when
+    the recorder's 2.4 ms energy read is in flight beside it), and the region's figure, worked out
+    later, takes the answer. ``reuse_s``: a list asked at most that long ago (``now``, on
+    ``time.monotonic``) stands for a new one (back-to-back short tests: a start takes the previous
+    end's list). Under a PID namespace (a container) the library reports host PIDs, so this
+    process's own PID may not be in the list; then one listed process is taken to be this one and
+    only a second is "other".
+    """
+    asked = _asked(gpus, reuse_s, now, background=background)
     return lambda: _others(gpus, asked)
 
 
