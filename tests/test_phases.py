@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 
 import pytest
@@ -237,3 +238,60 @@ def test_a_mark_dates_the_gpus_queue_without_waiting_or_moving_the_clock(backend
     assert first_s - start_s == pytest.approx(0.02, rel=0.1) and second_s - first_s == pytest.approx(0.03, rel=0.1)
     backend.synchronize()
     assert backend.clock() == pytest.approx(second_s, abs=1e-9)
+
+
+@pytest.mark.parametrize("step_s, lined_up", [(0.050, True), (0.058, False)], ids=["half-the-period", "0.58-periods"])
+def test_calls_in_step_with_the_counter_are_named_as_the_likely_cause_and_others_are_not(
+        backend, step_s: float, lined_up: bool) -> None:
+    """As on a real H200 (a 49.7 ms transformer step: nothing told apart; 58.2 ms: forward and backward
+    told apart): a step of half the counter's 100 ms period puts every publication at the same
+    points of a step, and the result says so with the gap that would spread them."""
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    gpu = backend.select(None)[0]
+    meter = EnergyMeter(backend, [gpu])
+
+    def step() -> None:
+        with meter.phase("forward"):
+            declare(0.4 * step_s)
+        with meter.phase("backward"):
+            declare(0.6 * step_s)
+
+    result = meter.measure(step, min_time_s=4.0)
+    notes = [note for note in result.notes if "in step with the energy counter" in note]
+    told_apart = {name: figure.distinguishable for name, figure in (result.phases or {}).items()}
+    if lined_up:
+        assert not all(told_apart.values()), told_apart
+        assert len(notes) == 1, result.notes
+        assert re.search(r"\((49\.\d|50|50\.\d) ms each\).*: (1\.99|2|2\.01) calls a period\).*idle gap of \d", notes[0])
+    else:
+        assert all(told_apart.values()) and not notes, (told_apart, result.notes)
+
+
+def test_calls_in_step_whose_phases_were_all_told_apart_get_no_note_blaming_the_step(backend, monkeypatch) -> None:
+    """The note names a likely cause of phases not told apart: where the fit told every one apart
+    (the publications spread by the calls' own jitter, say), it would contradict the figures."""
+    import dataclasses
+
+    from pytest_gpuenergy.meter import EnergyMeter, region
+
+    fitted = region.attribute_phases
+
+    def all_told_apart(*args, **kwargs):
+        found = fitted(*args, **kwargs)
+        return dataclasses.replace(found, phases=tuple(dataclasses.replace(p, told_apart=True, why_not="")
+                                                       for p in found.phases))
+
+    monkeypatch.setattr(region, "attribute_phases", all_told_apart)
+    gpu = backend.select(None)[0]
+    meter = EnergyMeter(backend, [gpu])
+
+    def step() -> None:
+        with meter.phase("forward"):
+            declare(0.02)
+        with meter.phase("backward"):
+            declare(0.03)
+
+    result = meter.measure(step, min_time_s=4.0)
+    assert result.phases is not None and all(f.distinguishable for f in result.phases.values())
+    assert not [note for note in result.notes if "in step with the energy counter" in note], result.notes

@@ -26,6 +26,7 @@ from ..host.recorder import HostFigure, HostRecorder
 from .attribution import attribute_phases, publication_arrays
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
 from .lattice import Lattice
+from .phase_design import lined_up_note
 from .recorder import COUNTER, Recorder
 from .results import EnergyResult, PhaseFigures
 
@@ -213,6 +214,9 @@ class Region:
             reading.notes.append(f"{what}: no {one} figures for {recorder.gpu.label}: {exc}")
             return None
         reading.notes.extend(f"{what}: {note}" for note in found.notes)
+        lined_up = lined_up_note((self.t1 - self.t0) / self.calls, period_s) if self.calls > 1 else None
+        if lined_up is not None and not all(p.told_apart for p in found.phases):
+            reading.notes.append(f"{what}: {lined_up}")
         return {p.name: PhaseFigures(ets_j=p.ets_j, ets_low_j=p.ets_low_j, ets_high_j=p.ets_high_j, time_s=p.time_s,
                                      power_w=p.power_w, time_share=p.time_share, energy_share=p.energy_share,
                                      distinguishable=p.told_apart, why_not=p.why_not)
