@@ -26,7 +26,6 @@ from ..host.recorder import HostFigure, HostRecorder
 from .attribution import attribute_phases, publication_arrays
 from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
 from .lattice import Lattice
-from .phase_design import lined_up_note
 from .recorder import COUNTER, Recorder
 from .results import EnergyResult, PhaseFigures
 
@@ -214,6 +213,8 @@ class Region:
             reading.notes.append(f"{what}: no {one} figures for {recorder.gpu.label}: {exc}")
             return None
         reading.notes.extend(f"{what}: {note}" for note in found.notes)
+        from .phase_design import lined_up_note  # numpy: only a region with marks pays for it
+
         lined_up = lined_up_note((self.t1 - self.t0) / self.calls, period_s) if self.calls > 1 else None
         if lined_up is not None and not all(p.told_apart for p in found.phases):
             reading.notes.append(f"{what}: {lined_up}")
