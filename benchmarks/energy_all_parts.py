@@ -8,7 +8,9 @@ own calls a test makes: the GPU lock, the hand-over of the GPUs and (simulator) 
 over, the meter and its recorders, a region's start and end, the running processes and the limit
 read at its edges, working a figure out. Each wrapper costs about a microsecond, so a part's figure
 is its own time give or take that; parts nest (a region's end includes the processes it lists),
-so they do not add up. In real time a region's end asks for the running processes on a thread of
+so they do not add up. Working figures out is timed apart for the tries between tests (every test
+pays them) and the figures waited for (at the end of a session, for the last tests' publications: the
+session pays that once, though the table divides it by the tests too). In real time a region's end asks for the running processes on a thread of
 its own (since 2026-11-28): that part then counts the thread's time, not the test's (it waits for
 the GIL there while a test runs Python). Nothing is changed: every wrapped call runs as it would. The figures say
 where a real GPU's milliseconds go, which the whole-process timing cannot.
@@ -32,8 +34,10 @@ _calls: dict[str, int] = defaultdict(int)
 _tests = [0]
 
 
-def _timed(owner: Any, name: str, label: str) -> None:
-    """Replace ``owner.name`` (a function or method) by one that adds its time to ``label``."""
+def _timed(owner: Any, name: str, label: str, *, by_wait: bool = False) -> None:
+    """Replace ``owner.name`` (a function or method) by one that adds its time to ``label``; with
+    ``by_wait``, to ``label`` plus whether the call waited (its ``wait`` argument): figures tried
+    between tests cost every test, the ones waited for at the end of a session cost the session once."""
     original: Callable[..., Any] | None = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
     if original is None or getattr(original, "_timed_part", False):
         return
@@ -44,8 +48,11 @@ def _timed(owner: Any, name: str, label: str) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            _total_s[label] += time.perf_counter() - started
-            _calls[label] += 1
+            key = label
+            if by_wait:
+                key += ": waited for" if kwargs.get("wait", True) else ": tried between tests"
+            _total_s[key] += time.perf_counter() - started
+            _calls[key] += 1
 
     timed._timed_part = True  # type: ignore[attr-defined]
     setattr(owner, name, timed)
@@ -67,12 +74,12 @@ def _wrap_parts() -> None:
         _timed(cls, "enforced_limit_mw", "library: enforced limit")
         _timed(cls, "energy_mj", "library: energy counter")
     _timed(session.EnergySession, "meter", "session: a test's meter")
-    _timed(session.EnergySession, "resolve", "session: figures worked out")
+    _timed(session.EnergySession, "resolve", "session: figures worked out", by_wait=True)
     _timed(recorder.Recorders, "of", "meter: recorder (started)")
     _timed(energy_meter.EnergyMeter, "__enter__", "meter: region start")
     _timed(energy_meter.EnergyMeter, "__exit__", "meter: region end")
     _timed(region, "_others", "region: other processes (answers taken)")
-    _timed(region, "resolve_reading", "region: its figure")
+    _timed(region, "resolve_reading", "region: its figure", by_wait=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

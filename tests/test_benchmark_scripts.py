@@ -413,6 +413,11 @@ def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing
                   "pytest: teardown", "library: enforced limit"):
         assert calls[label] == 3, label
     assert all(part["total_s"] > 0 for part in found["parts"].values())
+    # figures tried between tests apart from those waited for (on the virtual clock: after each test,
+    # and the session's end), so that a once-a-session wait is not read as every test's cost
+    assert calls["session: figures worked out: tried between tests"] == 3
+    assert calls["session: figures worked out: waited for"] == 4
+    assert calls["region: its figure: waited for"] == 3 and "region: its figure" not in calls
     report = json.loads((pytester.path / "report.json").read_text())
     assert len(report["runs"][0]["cases"]) == 3
 
