@@ -9,11 +9,12 @@ over, the meter and its recorders, a region's start and end, the running process
 read at its edges, working a figure out. Each wrapper costs about a microsecond, so a part's figure
 is its own time give or take that; parts nest (a region's end includes the processes it lists),
 so they do not add up. Working figures out is timed apart for the tries between tests (every test
-pays them) and the figures waited for (at the end of a session, for the last tests' publications: the
-session pays that once, though the table divides it by the tests too). In real time a region's end asks for the running processes on a thread of
-its own (since 2026-11-28): that part then counts the thread's time, not the test's (it waits for
-the GIL there while a test runs Python). Nothing is changed: every wrapped call runs as it would. The figures say
-where a real GPU's milliseconds go, which the whole-process timing cannot.
+pays them) and the figures waited for (at the end of a session, for the last tests' publications:
+the session pays that once, though the table divides it by the tests too). In real time a region's
+edges ask for the running processes on a thread of their own (since 2026-11-28): that part then
+counts the thread's time, not the test's (it waits for the GIL there while a test runs Python).
+Nothing is changed: every wrapped call runs as it would. The figures say where a real GPU's
+milliseconds go, which the whole-process timing cannot.
 """
 
 from __future__ import annotations

@@ -183,8 +183,9 @@ class Region:
         """Per GPU, the other processes listed at the region's start or end: both lists are taken
         (waited for, if still being asked) only once the figure is there, never by a try that finds
         the publications still to come."""
-        if self._others_before is not None and self._others_after is not None:
-            self.others = [a | b for a, b in zip(self._others_before(), self._others_after())]
+        asked = [lists() for lists in (self._others_before, self._others_after) if lists is not None]
+        if asked:
+            self.others = [set().union(*per_gpu) for per_gpu in zip(*asked)]
             self._others_before = self._others_after = None
         return self.others
 
