@@ -295,3 +295,40 @@ def test_calls_in_step_whose_phases_were_all_told_apart_get_no_note_blaming_the_
     result = meter.measure(step, min_time_s=4.0)
     assert result.phases is not None and all(f.distinguishable for f in result.phases.values())
     assert not [note for note in result.notes if "in step with the energy counter" in note], result.notes
+
+
+def test_the_phases_table_shows_why_calls_in_step_with_the_counter_cannot_be_split(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--energy-phases`` in an 80-column terminal: under the table of a 50 ms step, the stars'
+    reasons and then the note that names the likely cause and the gap; the 58 ms step has neither."""
+    from helpers import declare_source
+
+    monkeypatch.setenv("COLUMNS", "80")
+    pytester.makepyfile(test_steps=declare_source() + textwrap.dedent("""
+
+        import pytest
+
+        @pytest.mark.parametrize("step_s", [0.050, 0.058], ids=["in-step", "spread"])
+        def test_step(energy_meter, step_s):
+            def step():
+                with energy_meter.phase("forward"):
+                    declare(0.4 * step_s)
+                with energy_meter.phase("backward"):
+                    declare(0.6 * step_s)
+            energy_meter.measure(step, min_time_s=4.0)
+    """))
+    result = pytester.runpytest("--energy-phases", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if "energy per phase, per call" in line)
+    section = lines[start:]
+    in_step = next(i for i, line in enumerate(section) if "test_step[in-step]" in line)
+    spread = next(i for i, line in enumerate(section) if "test_step[spread]" in line)
+    first, second = (section[in_step:spread], section[spread:]) if in_step < spread else (section[in_step:],
+                                                                                             section[spread:in_step])
+    text = " ".join(line.strip() for line in first)
+    assert "* not told apart: forward:" in text
+    assert re.search(r"note: the calls \((49\.\d|50|50\.\d) ms each\) repeat nearly in step with the energy counter's "
+                     r"publications \(every 100 ms: (1\.99|2|2\.01) calls a period\).*idle gap of", text), text
+    assert not any("note:" in line or "not told apart" in line for line in second), second
+    assert all(len(line) <= 80 for line in section if "/" not in line)

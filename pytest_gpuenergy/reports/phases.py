@@ -4,7 +4,8 @@ A region with phase marks (``energy_meter.phase``) has each phase's ETS per call
 its time, power and shares (``EnergyResult.phases``). The table fits the terminal's width like
 the others (``terminal.fit_table``); a phase the counter's windows could not tell apart from
 others is starred, with the reason under the table, because its figure is then a split the data
-do not support and only its bound is information. Regions measured with ``measure(fn, by_op=True)``
+do not support and only its bound is information; the result's notes about the split (calls in
+step with the counter's publications, marks dated on the host) follow it. Regions measured with ``measure(fn, by_op=True)``
 get the same table of their operator classes (``EnergyResult.op_classes``).
 """
 
@@ -38,20 +39,23 @@ def phase_lines(cases: Sequence[tuple[str, EnergyResult]], width: int) -> list[s
     if marked:
         lines += wrap("energy per phase, per call (the bound is the fit's, at 99 %; time and energy: shares of the "
                       "region's):", width)
-        lines += _tables(marked, PHASE_TABLE, width)
+        lines += _tables(marked, PHASE_TABLE, width, "phases: ")
     elif not by_op:
         return wrap("energy per phase: no measured region had phase marks (mark them with "
                     "`with energy_meter.phase(\"forward\"):` inside the region)", width)
     if by_op:
         lines += wrap("energy per operator class, per call (energy_meter.measure(fn, by_op=True); the bound is the "
                       "fit's, at 99 %; time and energy: shares of the region's):", width)
-        lines += _tables(by_op, OP_CLASS_TABLE, width)
+        lines += _tables(by_op, OP_CLASS_TABLE, width, "op classes: ")
     if any(result.simulated for _, result, _ in marked + by_op):
         lines += wrap(SIM_FOOTNOTE, width)
     return lines
 
 
-def _tables(found: Sequence[tuple[str, EnergyResult, Phases]], table: tuple[Column, ...], width: int) -> list[str]:
+def _tables(found: Sequence[tuple[str, EnergyResult, Phases]], table: tuple[Column, ...], width: int,
+            note_prefix: str) -> list[str]:
+    """Each case's table, the reasons for its starred rows, and the result's notes about its split
+    (those starting with ``note_prefix``: why the calls cannot be split, marks dated on the host)."""
     lines = []
     for case_id, result, phases in found:
         rows, reasons = [], []
@@ -67,4 +71,6 @@ def _tables(found: Sequence[tuple[str, EnergyResult, Phases]], table: tuple[Colu
         lines += ["  " + line for line in fit_table(table, rows, width - 2)]
         for reason in reasons:
             lines += wrap(f"{NOT_TOLD_APART} not told apart: {reason}", width, indent="  ")
+        for note in dict.fromkeys(n for n in result.notes if n.startswith(note_prefix)):   # once each, in order
+            lines += wrap(f"note: {note[len(note_prefix):]}", width, indent="  ")
     return lines
