@@ -240,13 +240,16 @@ def test_a_mark_dates_the_gpus_queue_without_waiting_or_moving_the_clock(backend
     assert backend.clock() == pytest.approx(second_s, abs=1e-9)
 
 
-@pytest.mark.parametrize("step_s, lined_up", [(0.050, True), (0.058, False)], ids=["half-the-period", "0.58-periods"])
-def test_calls_in_step_with_the_counter_are_named_as_the_likely_cause_and_others_are_not(
-        backend, step_s: float, lined_up: bool) -> None:
+@pytest.mark.parametrize("step_s, gap_s, lined_up", [(0.050, 0.0, True), (0.058, 0.0, False), (0.050, 0.0032, False)],
+                         ids=["half-the-period", "0.58-periods", "half-the-period-and-the-gap-the-note-names"])
+def test_calls_in_step_with_the_counter_are_named_as_the_likely_cause_and_the_gap_it_names_cures_it(
+        backend, step_s: float, gap_s: float, lined_up: bool) -> None:
     """As on a real H200 (a 49.7 ms transformer step: nothing told apart; 58.2 ms: forward and backward
     told apart): a step of half the counter's 100 ms period puts every publication at the same
-    points of a step, and the result says so with the gap that would spread them."""
+    points of a step, and the result says so with the gap that would spread them. With that idle gap
+    after each step, marked as a phase of its own as the note says, every phase is told apart."""
     from pytest_gpuenergy.meter import EnergyMeter
+    from pytest_gpuenergy.sim.work import declare_host_time
 
     gpu = backend.select(None)[0]
     meter = EnergyMeter(backend, [gpu])
@@ -256,16 +259,25 @@ def test_calls_in_step_with_the_counter_are_named_as_the_likely_cause_and_others
             declare(0.4 * step_s)
         with meter.phase("backward"):
             declare(0.6 * step_s)
+        if gap_s:
+            with meter.phase("gap"):
+                declare_host_time(gap_s)          # on a real GPU: torch.cuda.synchronize(); time.sleep(gap_s)
 
     result = meter.measure(step, min_time_s=4.0)
     notes = [note for note in result.notes if "in step with the energy counter" in note]
-    told_apart = {name: figure.distinguishable for name, figure in (result.phases or {}).items()}
+    phases = result.phases or {}
+    told_apart = {name: figure.distinguishable for name, figure in phases.items()}
     if lined_up:
         assert not all(told_apart.values()), told_apart
         assert len(notes) == 1, result.notes
-        assert re.search(r"\((49\.\d|50|50\.\d) ms each\).*: (1\.99|2|2\.01) calls a period\).*idle gap of \d", notes[0])
+        found = re.search(r"\((49\.\d|50|50\.\d) ms each\).*: (1\.99|2|2\.01) calls a period\).*idle gap of "
+                          r"(\d\.\d) ms after each call, marked as a phase of its own", notes[0])
+        assert found and 2.0 <= float(found[3]) <= 4.0, notes[0]         # the gap the third case adds
     else:
         assert all(told_apart.values()) and not notes, (told_apart, result.notes)
+        for name in ("forward", "backward"):
+            figure = phases[name]
+            assert figure.ets_high_j - figure.ets_low_j <= 0.05 * figure.ets_j, (name, figure)
 
 
 def test_calls_in_step_whose_phases_were_all_told_apart_get_no_note_blaming_the_step(backend, monkeypatch) -> None:
