@@ -152,6 +152,62 @@ def test_every_exception_the_package_defines_is_a_gpu_energy_error():
     assert issubclass(FleetUsageError, GpuEnergyError) and issubclass(FleetUsageError, ValueError)
 
 
+# Where the meter writes the notes a figure carries, and the functions that return one.
+NOTE_MODULES = (*sorted((ROOT / "pytest_gpuenergy" / "meter").glob("*.py")), ROOT / "pytest_gpuenergy" / "host" / "recorder.py",
+                ROOT / "pytest_gpuenergy" / "gpu" / "moments.py")
+NOTE_FUNCTIONS = ("_unseen_wraps", "date_marks")
+
+
+def _template(node: ast.AST) -> str | None:
+    """A note's text with ``{}`` for each value put into it."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp):
+        return (_template(node.left) or "{}") + (_template(node.right) or "{}")
+    return None
+
+
+def _note_texts(tree: ast.AST) -> list[ast.AST]:
+    """What is appended to a list of notes, ``*_NOTE`` constants, and what a note function returns."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend")
+                and "note" in ast.unparse(node.func.value).lower() and node.args):
+            found.append(node.args[0])
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and (t.id.endswith("_NOTE") or t.id == "short")
+                                                  for t in node.targets):
+            found.append(node.value)
+        elif isinstance(node, ast.FunctionDef) and ("note" in node.name or node.name in NOTE_FUNCTIONS):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None:
+                    values = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
+                    found += [v.elts[0] if isinstance(v, ast.List) and v.elts else v for v in values]
+    return found
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"[\w'.\-]+", text))
+
+
+def test_every_note_the_meter_writes_is_on_the_notes_page():
+    """A user who finds a note in a result looks it up on ``reference/notes.md``: the first words of
+    every note the meter, the host's recorder and the marks can write (its first run of three or more
+    words between the values put into it) are there."""
+    page = _words((DOCS / "reference" / "notes.md").read_text())
+    phrases = {}
+    for path in NOTE_MODULES:
+        for node in _note_texts(ast.parse(path.read_text())):
+            text = _template(node)
+            segment = next((seg for seg in (text or "").split("{}") if len(_words(seg).split()) >= 3), None)
+            if segment is not None:
+                phrases[" ".join(_words(segment).split()[:4])] = f"{path.name}: {text}"
+    assert len(phrases) >= 20, phrases                   # the scan still finds the notes
+    missing = {phrase: where for phrase, where in phrases.items() if phrase not in page}
+    assert not missing, f"notes not on docs/reference/notes.md: {missing}"
+
+
 @pytest.mark.slow
 def test_the_tutorial_works_as_written_on_a_fresh_project(tmp_path):
     """Every file and command of the tutorial's four pages, in order, in an empty folder, on a private
