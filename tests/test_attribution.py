@@ -29,7 +29,6 @@ from pytest_gpuenergy.meter.phase_design import (
     _largest_empty_arc,
     alignment_gap_s,
     expected_rel_bounds,
-    lined_up_note,
     region_time_needed_s,
 )
 
@@ -299,19 +298,6 @@ def test_a_call_that_divides_the_counters_period_gets_the_shortest_gap_that_spre
     assert alignment_gap_s(NVML_S / (5 + 0.618), NVML_S) == 0.0
     with pytest.raises(MeasurementError, match="call_s > 0"):
         alignment_gap_s(0.0, NVML_S)
-
-
-def test_a_call_in_step_with_the_counter_is_named_only_where_the_gap_that_spreads_it_matters():
-    """The real H200's steps: 49.7 ms and 33.5 ms (named, with the gap), 58.2 ms (not); a 1 ms call's
-    gap is under 1 % of it (its own jitter spreads the publications), and a 1 ms counter sweeps any call."""
-    note = lined_up_note(0.0497, NVML_S)
-    assert note is not None and "(49.7 ms each)" in note and "every 100 ms: 2.01 calls a period" in note
-    assert f"idle gap of {alignment_gap_s(0.0497, NVML_S) * 1e3:.2g} ms" in note
-    assert "(33.5 ms each)" in (lined_up_note(0.0335, NVML_S) or "")
-    assert "a call every 2 periods" in (lined_up_note(0.2, NVML_S) or "")
-    assert lined_up_note(0.0582, NVML_S) is None
-    assert alignment_gap_s(0.001, NVML_S) > 0 and lined_up_note(0.001, NVML_S) is None
-    assert lined_up_note(0.02, AMD_S) is None and lined_up_note(0.0, NVML_S) is None
 
 
 def test_the_region_needed_grows_with_noise_shorter_phases_and_a_tighter_bound():

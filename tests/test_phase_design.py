@@ -22,6 +22,7 @@ from pytest_gpuenergy.meter.phase_design import (
     _largest_empty_arc,
     alignment_gap_s,
     expected_rel_bounds,
+    lined_up_note,
     region_time_needed_s,
 )
 
@@ -383,3 +384,16 @@ def test_by_default_eight_offsets_are_asked_for():
     assert gap > 0 and _largest_empty_arc(0.02 + gap, PERIOD_S, 8) <= 0.25
     assert _largest_empty_arc(0.02 + gap - 0.02 / 400, PERIOD_S, 8) > 0.25
     assert gap == alignment_gap_s(0.02, PERIOD_S, offsets=8) != alignment_gap_s(0.02, PERIOD_S, offsets=9)
+
+
+def test_a_call_in_step_with_the_counter_is_named_only_where_the_gap_that_spreads_it_matters():
+    """The real H200's steps: 49.7 ms and 33.5 ms (named, with the gap), 58.2 ms (not); a 1 ms call's
+    gap is under 1 % of it (its own jitter spreads the publications), and a 1 ms counter sweeps any call."""
+    note = lined_up_note(0.0497, PERIOD_S)
+    assert note is not None and "(49.7 ms each)" in note and "every 100 ms: 2.01 calls a period" in note
+    assert f"idle gap of {alignment_gap_s(0.0497, PERIOD_S) * 1e3:.2g} ms" in note
+    assert "(33.5 ms each)" in (lined_up_note(0.0335, PERIOD_S) or "")
+    assert "a call every 2 periods" in (lined_up_note(0.2, PERIOD_S) or "")
+    assert lined_up_note(0.0582, PERIOD_S) is None
+    assert alignment_gap_s(0.001, PERIOD_S) > 0 and lined_up_note(0.001, PERIOD_S) is None
+    assert lined_up_note(0.02, 0.001) is None and lined_up_note(0.0, PERIOD_S) is None
