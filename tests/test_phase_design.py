@@ -397,3 +397,14 @@ def test_a_call_in_step_with_the_counter_is_named_only_where_the_gap_that_spread
     assert lined_up_note(0.0582, PERIOD_S) is None
     assert alignment_gap_s(0.001, PERIOD_S) > 0 and lined_up_note(0.001, PERIOD_S) is None
     assert lined_up_note(0.02, 0.001) is None and lined_up_note(0.0, PERIOD_S) is None
+    assert lined_up_note(0.05, 0.0) is None                      # no period: nothing to say (and no error)
+    assert "every 100 ms: one call a period" in (lined_up_note(0.1, PERIOD_S) or "")
+    assert "every 100 ms: one call a period" in (lined_up_note(0.10001, PERIOD_S) or "")
+    # the least gap named is 1 % of a call (10.5 ms: its gap is exactly that), and the whole text
+    assert alignment_gap_s(0.0105, PERIOD_S) == 0.01 * 0.0105 and lined_up_note(0.0105, PERIOD_S) is not None
+    assert lined_up_note(0.0652, 0.0999) == (
+        "the calls (65.2 ms each) repeat nearly in step with the energy counter's publications (every 99.9 ms: "
+        "1.53 calls a period), so every counter window holds nearly the same mix of phases, which is likely why "
+        "some are not told apart; an idle gap of 3.7 ms after each call, marked as a phase of its own "
+        "(energy_meter.phase(\"gap\") around a synchronise and a sleep), or calls of another length, would spread "
+        "the publications across the call")

@@ -67,7 +67,10 @@ def lined_up_note(call_s: float, period_s: float) -> str | None:
     if gap_s < _LINED_UP_SHARE * call_s:     # a call's own jitter (about 1 %) spreads them
         return None
     ratio = period_s / call_s if call_s < period_s else call_s / period_s
-    per = f"{ratio:.3g} calls a period" if call_s < period_s else f"a call every {ratio:.3g} periods"
+    if f"{ratio:.3g}" == "1":
+        per = "one call a period"
+    else:
+        per = f"{ratio:.3g} calls a period" if call_s < period_s else f"a call every {ratio:.3g} periods"
     return (f"the calls ({call_s * 1e3:.3g} ms each) repeat nearly in step with the energy counter's "
             f"publications (every {period_s * 1e3:.3g} ms: {per}), so every counter window holds nearly the "
             f"same mix of phases, which is likely why some are not told apart; an idle gap of "
