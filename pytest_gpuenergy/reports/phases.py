@@ -5,8 +5,8 @@ its time, power and shares (``EnergyResult.phases``). The table fits the termina
 the others (``terminal.fit_table``); a phase the counter's windows could not tell apart from
 others is starred, with the reason under the table, because its figure is then a split the data
 do not support and only its bound is information; the result's notes about the split (calls in
-step with the counter's publications, marks dated on the host) follow it. Regions measured with ``measure(fn, by_op=True)``
-get the same table of their operator classes (``EnergyResult.op_classes``).
+step with the counter's publications, marks dated on the host) follow it. Regions measured with
+``measure(fn, by_op=True)`` get the same table of their operator classes (``EnergyResult.op_classes``).
 """
 
 from __future__ import annotations
