@@ -20,6 +20,7 @@ sys.path.insert(0, str(BENCH))
 
 import detection_power  # noqa: E402
 import energy_all_overhead  # noqa: E402
+import energy_all_profile  # noqa: E402
 import run_all  # noqa: E402
 import third_party  # noqa: E402
 
@@ -393,6 +394,40 @@ def test_energy_all_overhead_times_pairs_only_after_one_untimed_run_of_each(monk
     assert found["warm_up_s"] == [30.0, 2.0]
     assert found["with_s"] == [2.2] * 3 and found["without_s"] == [2.0] * 3
     assert found["overhead"] == pytest.approx(0.1)
+
+
+def test_energy_all_profile_puts_each_functions_time_per_test_and_what_the_plugin_adds(tmp_path, monkeypatch) -> None:
+    """``energy_all_profile.py`` (a real GPU session's step ``profile``): a profile's functions of the
+    plugin and pytest's machinery only, per test, and what each adds against the run without."""
+    import cProfile
+
+    def our_part() -> None:
+        sum(range(20_000))
+
+    def other() -> None:
+        sum(range(1000))
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(4):
+        our_part()
+    other()
+    profiler.disable()
+    stats_path = tmp_path / "run.pstats"
+    profiler.dump_stats(stats_path)
+    # pretend the function lives in the plugin: the filter goes by the file's path
+    monkeypatch.setattr(energy_all_profile, "_OURS", (*energy_all_profile._OURS, "test_benchmark_scripts.py"))
+    rows = energy_all_profile.rows_of(stats_path, tests=2)
+    mine = [name for name in rows if name.endswith("(our_part)")]
+    assert len(mine) == 1 and not any(name.endswith("(dumps)") for name in rows)
+    row = rows[mine[0]]
+    assert row["calls_per_test"] == 2.0 and 0 < row["own_us"] <= row["inclusive_us"]
+    without = {mine[0]: {**row, "inclusive_us": row["inclusive_us"] / 4}}
+    found = dict(energy_all_profile.added(rows, without))
+    assert found[mine[0]]["added_inclusive_us"] == pytest.approx(row["inclusive_us"] * 3 / 4)
+    other_rows = [name for name in rows if name.endswith("(other)")]
+    assert found[other_rows[0]]["added_inclusive_us"] == rows[other_rows[0]]["inclusive_us"]   # never called without
+    assert [name for name, _ in energy_all_profile.added(rows, without)][0] == mine[0]
 
 
 def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing(pytester, monkeypatch):
