@@ -8,7 +8,10 @@ time) once with ``--energy-all`` and once without under ``cProfile``, and prints
 functions of ``pytest_gpuenergy`` and pytest's fixture and hook machinery, the time each adds a
 test (inclusive and own). A deterministic profiler slows every Python call by about the same
 amount, so the figures are inflated (compare them with each other, and with the run without the
-plugin, not with wall time). On a real GPU (``--backend nvml``) no cap is asked for and every NVML
+plugin, not with wall time). Each way runs once unprofiled first (modules compiled to bytecode,
+as in a project's second run). Read the threads' waits with care: the real H200's profile (Python
+3.12) held the recorder thread's counter reads and its sleeps between them (lock waits), which the
+tests' thread never waits for. On a real GPU (``--backend nvml``) no cap is asked for and every NVML
 setter refuses (``read_only_nvml.py``). Writes ``energy_all_profile[_real_gpu].json`` and the
 two ``.pstats`` files to ``--out``.
 """
@@ -79,6 +82,8 @@ def main() -> None:
         stem = "energy_all_profile" + ("_real_gpu" if real else "")
         args.out.mkdir(parents=True, exist_ok=True)
         walls, tables = {}, {}
+        for extra in ([], ["--energy-all"]):     # untimed first: each module's bytecode is compiled once
+            subprocess.run([*command, *extra], cwd=where, env=env, capture_output=True, timeout=1800, check=True)
         for label, extra in (("without", []), ("with", ["--energy-all"])):
             stats_path = args.out / f"{stem}-{label}.pstats"
             walls[label] = profiled([*command, *extra], where, env, stats_path)

@@ -227,6 +227,28 @@ def test_a_bracket_is_given_at_least_a_tenth_of_a_millisecond_of_error():
     assert lattice.only_tick_within(1.00005, 1.04) == (0, 1e-4)      # tick 0 may be as late as 1.0001 s
 
 
+def test_a_lattice_dates_each_read_and_bracket_once_and_by_both_its_ends(monkeypatch):
+    """Consecutive short tests' figures date the same reads with the same lattice: each answer is
+    worked out once, and kept by the read's two ends (reads that start together can end on either
+    side of a tick's error)."""
+    lattice = hand_made()
+    worked_out: list[tuple[str, float, float]] = []
+    read_tick, bracket_tick = Lattice._tick_of_read, Lattice._only_tick_within
+    monkeypatch.setattr(Lattice, "_tick_of_read", lambda self, a, b: worked_out.append(("read", a, b)) or read_tick(self, a, b))
+    monkeypatch.setattr(Lattice, "_only_tick_within",
+                        lambda self, a, b: worked_out.append(("bracket", a, b)) or bracket_tick(self, a, b))
+    for _ in range(3):
+        assert lattice.tick_of_read(1.04, 1.06) == (0, pytest.approx(0.001))
+        assert lattice.tick_of_read(1.04, 1.0995) is None              # the same start, past tick 1's error
+        assert lattice.tick_of_read(1.0005, 1.06) is None              # the same end, within tick 0's error
+        assert lattice.only_tick_within(1.04, 1.16) == (1, pytest.approx(0.003))
+        assert lattice.only_tick_within(1.04, 1.197) is None
+        assert lattice.only_tick_within(1.101, 1.16) == (1, pytest.approx(0.003))
+    assert sorted(worked_out) == sorted([("read", 1.04, 1.06), ("read", 1.04, 1.0995), ("read", 1.0005, 1.06),
+                                         ("bracket", 1.04, 1.16), ("bracket", 1.04, 1.197), ("bracket", 1.101, 1.16)])
+    assert hand_made().tick_of_read(1.04, 1.0995) is None and hand_made().tick_of_read(1.04, 1.06) is not None
+
+
 # -- the learner -----------------------------------------------------------------------------------
 
 def learner_with(ticks: list[float], width_s: float = 0.001, nominal_s: float = NOMINAL_PERIOD_S) -> TickLearner:

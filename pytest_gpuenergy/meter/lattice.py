@@ -65,6 +65,12 @@ class Lattice:
     # error_at's answer per tick number: the integration asks it for every read, many per tick
     # (filling it from two threads at once writes the same values).
     _errors: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # tick_of_read's and only_tick_within's answers: consecutive figures (a test of a few ms each,
+    # worked out together once their publications arrive) date the same reads with the same lattice.
+    _read_ticks: dict[tuple[float, float], tuple[int, float] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _bracket_ticks: dict[tuple[float, float], tuple[int, float] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def tick_at(self, index: int) -> float:
         return self.phase_s + index * self.period_s
@@ -119,6 +125,12 @@ class Lattice:
         after it ended, each by its own error (which grows with its distance from the brackets, so
         the two differ), that tick k is the date.
         """
+        key = (started, ended)
+        if key not in self._read_ticks:
+            self._read_ticks[key] = self._tick_of_read(started, ended)
+        return self._read_ticks[key]
+
+    def _tick_of_read(self, started: float, ended: float) -> tuple[int, float] | None:
         k = self.index_before(started)
         if self.error_of_tick(k) > 0.25 * self.period_s:
             return None
@@ -132,6 +144,12 @@ class Lattice:
         the lattice leaves only one tick there: the tick before it surely came before ``earliest``
         and the tick after it surely after ``latest``, each by its own error (true ticks come in
         order, so no other tick can be in the bracket). A bracket wider than a period never is."""
+        key = (earliest, latest)
+        if key not in self._bracket_ticks:
+            self._bracket_ticks[key] = self._only_tick_within(earliest, latest)
+        return self._bracket_ticks[key]
+
+    def _only_tick_within(self, earliest: float, latest: float) -> tuple[int, float] | None:
         if not math.isfinite(earliest):
             return None
         for k in range(self.index_before(earliest), self.index_before(latest) + 2):
