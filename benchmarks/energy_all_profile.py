@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import _common as common
-from energy_all_overhead import _OFF, real_gpu_name, short_suite
+from energy_all_overhead import _OFF, real_gpu_name, short_suite, timed
 
 _SHOWN = 40
 _OURS = ("pytest_gpuenergy", "_pytest/fixtures.py", "_pytest/runner.py", "pluggy", "threading.py", "contextlib.py")
@@ -36,10 +35,7 @@ _OURS = ("pytest_gpuenergy", "_pytest/fixtures.py", "_pytest/runner.py", "pluggy
 
 def profiled(command: list[str], cwd: Path, env: dict[str, str], out: Path) -> float:
     """Run ``command`` (a ``-m pytest`` line) under cProfile into ``out``; its wall time."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), *command[1:]], cwd=cwd, env=env,
-                   capture_output=True, text=True, timeout=1800, check=True)
-    return time.perf_counter() - started
+    return timed([sys.executable, "-m", "cProfile", "-o", str(out), *command[1:]], cwd, env)[0]
 
 
 def rows_of(stats_path: Path, tests: int) -> dict[str, dict[str, float]]:
@@ -83,7 +79,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         walls, tables = {}, {}
         for extra in ([], ["--energy-all"]):     # untimed first: each module's bytecode is compiled once
-            subprocess.run([*command, *extra], cwd=where, env=env, capture_output=True, timeout=1800, check=True)
+            timed([*command, *extra], where, env)
         for label, extra in (("without", []), ("with", ["--energy-all"])):
             stats_path = args.out / f"{stem}-{label}.pstats"
             walls[label] = profiled([*command, *extra], where, env, stats_path)
