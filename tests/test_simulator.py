@@ -235,6 +235,51 @@ def _another_process_works_on_gpu_0(seconds: float) -> None:
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
+def test_the_library_lists_the_processes_that_hold_the_gpu_now_and_a_closed_one_leaves_no_marker(sim_state):
+    """A hand-over flips a marker this process keeps open (twice a test under --energy-all: making
+    and removing a file cost 50-100 us there). What NVML lists must not change with it: a process
+    while it holds the GPU and not after; another process holding it; the marker made again when its
+    folder was removed meanwhile; and nothing of a process left once it closed the library."""
+    import os
+    import shutil
+
+    lib = SimulatedNvml(clock="virtual")
+    lib.nvmlInit()
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+
+    def listed() -> set[int]:
+        return {p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses(handle)}
+
+    me = os.getpid()
+    procs = sim_state / "gpus" / f"{lib.nvmlDeviceGetUUID(handle)}.procs"
+    lib.simUseDevices([])
+    assert me not in listed()
+    for _ in range(3):                                       # hand-overs in and out, as tests do
+        lib.simUseDevices([0])
+        assert me in listed()
+        lib.simUseDevices([])
+        assert me not in listed()
+    lib.simUseDevices([0])
+    other = subprocess.Popen([sys.executable, "-c",
+                              "import sys\nfrom pytest_gpuenergy.sim.nvml import SimulatedNvml\n"
+                              "n = SimulatedNvml(clock='virtual'); n.nvmlInit(); n.simUseDevices([0])\n"
+                              "print('holding', flush=True); sys.stdin.readline(); n.nvmlShutdown()\n"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "holding"
+        assert listed() == {me, other.pid}
+    finally:
+        other.communicate("\n", timeout=60)
+    assert listed() == {me}                                  # its marker went with it
+    shutil.rmtree(procs)                                     # the markers' folder removed meanwhile
+    assert listed() == set()
+    lib.simUseDevices([])
+    lib.simUseDevices([0])
+    assert listed() == {me}                                  # made again
+    lib.nvmlShutdown()
+    assert not (procs / str(me)).exists()
+
+
 def test_another_processs_work_shows_on_the_counter_from_its_commit_on_the_same_for_every_read(nvml):
     """A tick's published value must not change with when it is read: another process's work
     appears from (100 ms after) its commit on, so a reader never sees a jump inside an old interval."""

@@ -178,7 +178,8 @@ class SimulatedMachine:
             for device in self.devices:
                 device.advance()
                 device.commit()
-            self._set_active(set())
+                device.state_file.forget_process(os.getpid())     # its marker goes with it
+            self.active = set()
 
     def wall_now(self) -> float:
         """The host's clock (commits are stamped with it, whatever the simulator's clock)."""

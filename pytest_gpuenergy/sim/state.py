@@ -10,7 +10,7 @@ Layout::
     machine.json            which simulated models the machine has, in index order
     gpus/<uuid>.json        one GPU: its power limit and the energy committed to its counter
     gpus/<uuid>.lock        serialises read-modify-write of that GPU across processes
-    gpus/<uuid>.procs/<pid> the processes that run work on that GPU (NVML lists them)
+    gpus/<uuid>.procs/<pid> a process that uses that GPU; one byte while it runs work there (NVML lists it)
 
 The simulator shares the journal and the locks with NVML, and its own files decide the limits it
 shows, so they are state files like the journal's (``fileio``): reached through a checked walk
@@ -129,7 +129,10 @@ class GpuStateFile:
         # only where the path names another folder since).
         self._held = HeldFolder(self.folder, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
         self._held_procs = HeldFolder(self._procs, owners=state_owners(), create_mode=STATE_FOLDER_MODE)
-        self._markers: dict[int, Path] = {}     # pid -> its marker's path (see ``mark_process``)
+        # pid -> its marker, open (``mark_process``), or None where it is known to be gone; its
+        # byte says whether the process runs work on the GPU now
+        self._markers: dict[int, int | None] = {}
+        self._marker_running: dict[int, bool] = {}
         self._cached: GpuState | None = None
         self._cached_stamp: tuple[int, int, int] | None = None
         self._checked_at = -1.0
@@ -184,24 +187,57 @@ class GpuStateFile:
 
     # -- the processes that run work on this GPU ----------------------------------------------------
     def mark_process(self, pid: int, running: bool) -> None:
-        """Make (or remove) the marker saying that ``pid`` runs work on this GPU, never through a link."""
-        if running:
-            folder_fd = self._held_procs.fd(create=True)
-            shown = self._markers.get(pid)
-            if shown is None:                   # (named in errors only: made once, not at every test)
-                shown = self._markers[pid] = self._procs / str(pid)
-            os.close(open_state_file(folder_fd, str(pid), os.O_WRONLY | os.O_CREAT, shown=shown))
-            return
+        """Say whether ``pid`` runs work on this GPU now: its marker holds one byte while it does,
+        none while it does not (``process_ids``). The marker is made once, never through a link, and
+        kept open: a hand-over, twice a test under ``--energy-all``, then costs an fstat and an
+        ftruncate where making and removing the file cost 50-100 us (``forget_process`` removes it)."""
+        fd = self._open_marker(pid)
+        if fd is None:
+            if running:
+                fd = self._markers[pid] = open_state_file(self._held_procs.fd(create=True), str(pid),
+                                                          os.O_WRONLY | os.O_CREAT, shown=self._procs / str(pid))
+            else:
+                if pid not in self._markers:       # a marker that a dead process with this pid left
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(str(pid), dir_fd=self._held_procs.fd())
+                    self._markers[pid] = None
+                return
+        if self._marker_running.get(pid) is not running:
+            os.ftruncate(fd, 1 if running else 0)
+            self._marker_running[pid] = running
+
+    def _open_marker(self, pid: int) -> int | None:
+        """The marker this process keeps open for ``pid``, if it is still the folder's (not removed)."""
+        fd = self._markers.get(pid)
+        if fd is not None and os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            del self._markers[pid]
+            self._marker_running.pop(pid, None)
+            return None
+        return fd
+
+    def forget_process(self, pid: int) -> None:
+        """Remove ``pid``'s marker (the process is done with the simulated GPUs)."""
+        fd = self._markers.pop(pid, None)
+        self._marker_running.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(str(pid), dir_fd=self._held_procs.fd())
 
     def process_ids(self) -> list[int]:
-        """The pids with a marker (alive or not: the caller asks)."""
+        """The pids whose marker says they run work on this GPU (alive or not: the caller asks)."""
         try:
-            names = os.listdir(self._held_procs.fd())
+            folder_fd = self._held_procs.fd()
+            names = [name for name in os.listdir(folder_fd) if name.isdigit()]
         except FileNotFoundError:
             return []
-        return [int(name) for name in names if name.isdigit()]
+        found = []
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_size > 0:
+                    found.append(int(name))
+        return found
 
     def _parse(self, text: str) -> GpuState:
         try:
