@@ -315,10 +315,10 @@ def resolve_reading(recorder: Recorder, t0: float, t1: float, limit_w: float, *,
     period = recorder.period_s
     deadline = t1 + WAIT_PERIODS * period + 0.2
     since = t0 - 3 * period - 0.05
+    due = publications_due(recorder, t0, t1, period)
     if wait:
-        recorder.wait_until(t1 + 1.05 * period)
-    elif not recorder.has_read_since(t1 + (_publications_after(recorder, t0, t1, period) + 0.05) * period) \
-            and recorder.is_alive():
+        recorder.wait_until(due)
+    elif not recorder.has_read_since(due) and recorder.is_alive():
         return None
     while True:
         recorder.raise_error()
@@ -335,6 +335,25 @@ def resolve_reading(recorder: Recorder, t0: float, t1: float, limit_w: float, *,
             if not wait:
                 return None
             recorder.wait_until(clock() + 0.5 * period)
+
+
+def publications_due(recorder: Recorder, t0: float, t1: float, period_s: float) -> float:
+    """When the publications a figure needs after its region (``_publications_after``) are surely out:
+    just after the lattice's tick for the last of them plus the lattice's error there, where the
+    recorder knows its lattice to a tenth of a period; otherwise that many periods after ``t1`` and a
+    twentieth. The lattice's moment comes on average half a period sooner for a figure that needs one
+    publication after its region (a test with an energy budget waits for its figure, and a session's
+    end for its last tests'); never later than the fallback."""
+    needed = _publications_after(recorder, t0, t1, period_s)
+    fallback = t1 + (needed + 0.05) * period_s
+    lattice = recorder.learner.lattice
+    if lattice is None:
+        return fallback
+    index = lattice.index_before(t1) + needed
+    error_s = lattice.error_of_tick(index)
+    if not error_s <= 0.1 * lattice.period_s:
+        return fallback
+    return min(lattice.tick_at(index) + error_s, fallback)
 
 
 def _publications_after(recorder: Recorder, t0: float, t1: float, period_s: float) -> int:
