@@ -8,9 +8,11 @@ own calls a test makes: the GPU lock, the hand-over of the GPUs and (simulator) 
 over, the meter and its recorders, a region's start and end, the running processes and the limit
 read at its edges, working a figure out. Each wrapper costs about a microsecond, so a part's figure
 is its own time give or take that; parts nest (a region's end includes the processes it lists),
-so they do not add up. Working figures out is timed apart for the tries between tests (every test
-pays them) and the figures waited for (at the end of a session, for the last tests' publications:
-the session pays that once, though the table divides it by the tests too). In real time a region's
+so they do not add up. The session's end (every plugin's sessionfinish and terminal summary) is
+timed as one part: paid once, but it works on every case, so it grows with the suite. Working
+figures out is timed apart for the tries between tests (every test pays them) and the figures
+waited for (at the end of a session, for the last tests' publications: the session pays that
+once, though the table divides it by the tests too). In real time a region's
 edges ask for the running processes on a thread of their own (since 2026-11-28): that part then
 counts the thread's time, not the test's (it waits for the GIL there while a test runs Python).
 Nothing is changed: every wrapped call runs as it would. The figures say where a real GPU's
@@ -20,6 +22,7 @@ milliseconds go, which the whole-process timing cannot.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -104,6 +107,33 @@ def _phase(label: str) -> Callable[..., Any]:
 pytest_runtest_setup = _phase("pytest: setup")
 pytest_runtest_call = _phase("pytest: call")
 pytest_runtest_teardown = _phase("pytest: teardown")
+
+_SESSION_END = "pytest: the session's end (once; grows with the cases)"
+
+
+@contextlib.contextmanager
+def _timed_once(label: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _total_s[label] += time.perf_counter() - started
+        _calls[label] += 1
+
+
+# The end of a session (every plugin's sessionfinish and terminal summary: the figures waited for, the
+# saved run, the gate, the tables) is paid once, but it works on every case, so it grows with the suite:
+# a one-test suite's "once a session" misses it, and the figure a test then holds it.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    with _timed_once(_SESSION_END):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> Iterator[None]:
+    with _timed_once(_SESSION_END):
+        return (yield)
 
 
 @atexit.register

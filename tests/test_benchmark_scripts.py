@@ -453,6 +453,7 @@ def test_energy_all_parts_times_each_part_of_a_measured_test_and_changes_nothing
     assert calls["session: figures worked out: tried between tests"] == 3
     assert calls["session: figures worked out: waited for"] == 4
     assert calls["region: its figure: waited for"] == 3 and "region: its figure" not in calls
+    assert calls["pytest: the session's end (once; grows with the cases)"] == 2   # sessionfinish, the summary
     report = json.loads((pytester.path / "report.json").read_text())
     assert len(report["runs"][0]["cases"]) == 3
 
