@@ -243,3 +243,17 @@ def test_a_domain_budget_reads_the_limit_as_the_gpu_ran_at_it():
                                                   limit_enforced_w=700.0),))
     at_700 = budget_from_marker((), {"ets": 1.0, "domain": "cpu", "cap": 700})
     assert len(domain_failures([at_700], at_default, H100, "")) == 1
+
+
+def test_the_wait_for_budgets_is_said_only_where_it_is_a_large_part_of_the_session():
+    from pytest_gpuenergy.reports.terminal import budget_wait_line
+
+    assert budget_wait_line(1.9, 10, 2.0, 0.1) is None                 # under 2 s
+    assert budget_wait_line(2.0, 10, 10.1, 0.1) is None                # under a fifth of the session
+    line = budget_wait_line(2.0, 10, 10.0, 0.1)
+    assert line is not None and line.startswith("10 tests with an energy budget waited 2.0 s in all for their figures, 20% "
+                                                 "of the session")
+    assert "period (100 ms here)" in line and "--energy-compare" in line
+    one = budget_wait_line(3.0, 1, 2.0, None)                          # a worker's waits beside a shorter controller
+    assert one is not None and one.startswith("1 test with an energy budget waited 3.0 s in all for its figures, 100% ")
+    assert "period needs" in one

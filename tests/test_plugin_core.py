@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -153,6 +154,43 @@ def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pyte
     for part in ("> budget 1 J (+", " %)", "on GPU 0 NVIDIA H100 80GB HBM3 (simulated)", "at cap 60%", "enforced 420 W", "simulated"):
         assert part in lines[0]
     assert "Traceback" not in result.stdout.str()
+
+
+BUDGETED_SHORT_TESTS = textwrap.dedent(
+    """
+    import time
+
+    import pytest
+
+    @pytest.mark.energy_budget(ets=1e6)
+    @pytest.mark.parametrize("n", range(12))
+    def test_short(n):
+        end = time.thread_time() + 0.005
+        while time.thread_time() < end:
+            pass
+    """
+)
+
+
+def test_budgeted_short_tests_are_told_how_long_they_waited_for_their_figures(pytester, monkeypatch):
+    """A budget's verdict is the test's own: each budgeted test waits for its figure (a 5 ms region
+    needs the counter's next two publications, ~0.19 s here). In real time (the wall-clock simulator,
+    as on a real GPU) and most of a session, the end says how long they waited in all, and what to do,
+    with the waits of pytest-xdist's workers added up; on the virtual clock nothing waits: no line."""
+    write(pytester, BUDGETED_SHORT_TESTS)
+    result = pytester.runpytest_inprocess("--energy-all")
+    result.assert_outcomes(passed=12)
+    assert "with an energy budget waited" not in result.stdout.str()
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    result = pytester.runpytest_subprocess("--energy-all", "-n", "2")
+    result.assert_outcomes(passed=12)
+    text = " ".join(line.strip() for line in result.stdout.lines)
+    found = re.search(r"gpuenergy: note: 12 tests with an energy budget waited ([\d.]+) s in all for their figures, "
+                      r"(\d+)% of the session: .*period \(100 ms here\) needs the counter's next two publications; "
+                      r"budget tests that run a period or longer, and gate shorter ones against a saved run instead "
+                      r"\(--energy-compare\), which waits once, at the end", text)
+    assert found, text[-2000:]
+    assert 12 * 0.1 <= float(found.group(1)) <= 12 * 0.5 and 20 <= int(found.group(2)) <= 100
 
 
 def test_the_most_specific_budget_wins(pytester):

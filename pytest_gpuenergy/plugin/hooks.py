@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .. import realtime
 from ..errors import GpuEnergyError, SettingError
 from ..gpu import signals
 from ..gpu.placement import Placement
@@ -47,6 +48,7 @@ _DESELECTED_KEY = pytest.StashKey[list]()        # node ids -k/-m deselected (a 
 _WORKER_OUTPUT = "gpuenergy_cases"
 _WORKER_ERRORS = "gpuenergy_errors"
 _WORKER_NOTES = "gpuenergy_notes"       # the tests each worker ran once (see notice_lines)
+_WORKER_WAITS = "gpuenergy_budget_waits"         # its budgeted tests' waits for their figures (s, tests)
 _WORKER_SEED = "gpuenergy_sim_seed"              # the simulator's seed, handed to pytest-xdist workers
 _WORKER_GPU_ORDER = "gpuenergy_gpu_order"        # the GPUs' order the controller chose (free ones first)
 _KNOBS = (POWER_KNOB, CLOCK_KNOB, EVERY_TEST_KNOB)
@@ -417,7 +419,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         # The outcome of the test's own code: a budget miss is a valid figure that the gate must see.
         session.set_outcome(item.nodeid, _outcome_of(report))
         if report.passed:
+            waited_from = realtime.monotonic()       # (a budget's verdict waits for the test's figure)
             failures = session.budget_failures(item.nodeid, budgets, file_key(item) if session.budget_file else None)
+            if budgets or session.budget_file is not None:
+                _add_waits(item.config, realtime.monotonic() - waited_from, 1)
             if failures:
                 report.outcome = "failed"
                 report.longrepr = "\n".join(failures)
@@ -428,6 +433,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     elif report.failed:
         session.set_outcome(item.nodeid, "error")
     return report
+
+
+def _add_waits(config: pytest.Config, seconds: float, tests: int) -> None:
+    waits = state.budget_waits if (state := state_of(config)) is not None else [0.0, 0]
+    waits[0], waits[1] = waits[0] + seconds, waits[1] + tests
 
 
 def _outcome_of(report: pytest.TestReport) -> Outcome:
@@ -450,6 +460,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         output[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"
         output[_WORKER_ERRORS] = list(energy.errors) if energy is not None else []
+        output[_WORKER_WAITS] = list(state.budget_waits)
         output[_WORKER_NOTES] = [energy.unparametrised if energy is not None else {}, energy.named_once if energy is not None else {},
                                  config.stash.get(markers.KEPT_MARKERS_KEY, {})]
         return
@@ -507,6 +518,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
             if exported:
                 session.import_cases(exported)
             session.errors += errors
+    _add_waits(node.config, *output.get(_WORKER_WAITS, (0.0, 0)))
     notes = output.get(_WORKER_NOTES)
     if notes and any(notes) and state.session is not None:       # what each worker's tests left to say
         kept_markers = node.config.stash.setdefault(markers.KEPT_MARKERS_KEY, {})
@@ -539,11 +551,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     session = state.session if state is not None else None
     if state is None or session is None or not state.reports:
         return
-    from ..reports.terminal import notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
+    from ..reports.terminal import budget_wait_line, notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    notices = notice_lines(session.repairs, session.notices, session.coarse_cases(), session.unparametrised, width,
-                           session.named_once, config.stash.get(markers.KEPT_MARKERS_KEY, {}))
+    waited_s, waited_tests = state.budget_waits
+    waited = budget_wait_line(waited_s, waited_tests, realtime.monotonic() - state.began_at,
+                              min((gpu.counter_period_s for gpu in session.gpus), default=None))
+    notices = notice_lines(session.repairs, session.notices + ([waited] if waited else []), session.coarse_cases(),
+                           session.unparametrised, width, session.named_once, config.stash.get(markers.KEPT_MARKERS_KEY, {}))
     outcome = config.stash.get(_OUTCOME_KEY, None)
     if not session.cases and not notices and not (outcome is not None and outcome.errors):
         return

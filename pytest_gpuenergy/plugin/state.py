@@ -10,11 +10,12 @@ says a GPU was left changed (``start``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .. import realtime
 from ..errors import GpuEnergyError
 from ..gate.settings import GateOptions
 from .options import SessionOptions
@@ -45,6 +46,10 @@ class PluginState:
     on_result: Callable[[str, Any], None] | None = None   # the teams' hook, given every result
     gpu_order: tuple[str, ...] = ()      # a pytest-xdist worker: the GPUs' order its controller chose
     workers: int = 1                     # the controller of ``-n N``: its workers, one GPU each where free
+    # How long tests with an energy budget waited for their figures before their verdicts (s, tests),
+    # this process's and, on the controller, its workers'; and when the session began (monotonic).
+    budget_waits: list[float] = field(default_factory=lambda: [0.0, 0])
+    began_at: float = field(default_factory=realtime.monotonic)
     _gate: EnergyGate | None = None
 
     @property

@@ -321,6 +321,21 @@ def skipped_lines(skipped: Sequence, width: int) -> list[str]:
     return lines
 
 
+def budget_wait_line(waited_s: float, tests: float, session_s: float, period_s: float | None) -> str | None:
+    """What tests with an energy budget spent waiting for their figures, where it is a large part of
+    the session (at least 2 s and a fifth of it); else None. A budget's verdict is the test's own, so
+    a budgeted test waits for the counter's publications after its region before it ends."""
+    if waited_s < 2.0 or waited_s < 0.2 * session_s:
+        return None
+    period = f" ({period_s * 1000:.0f} ms here)" if period_s else ""
+    count = int(tests)
+    return (f"{count} test{'s' if count != 1 else ''} with an energy budget waited {waited_s:.1f} s in all for "
+            f"{'their' if count != 1 else 'its'} figures, {min(waited_s / session_s, 1.0):.0%} of the session: a "
+            f"budget's verdict is the test's own, and a region shorter than the energy counter's period{period} "
+            f"needs the counter's next two publications; budget tests that run a period or longer, and gate "
+            f"shorter ones against a saved run instead (--energy-compare), which waits once, at the end")
+
+
 def notice_lines(repairs: Sequence[str], notices: Sequence[str], coarse: Sequence[str],
                  unparametrised: Mapping[str, Sequence[str]], width: int,
                  named_once: Mapping[str, Sequence[str]] | None = None,
