@@ -156,14 +156,13 @@ def test_a_budget_below_the_measured_ets_fails_in_one_line_and_above_passes(pyte
     assert "Traceback" not in result.stdout.str()
 
 
-BUDGETED_SHORT_TESTS = textwrap.dedent(
+SHORT_TESTS = textwrap.dedent(
     """
     import time
 
     import pytest
 
-    @pytest.mark.energy_budget(ets=1e6)
-    @pytest.mark.parametrize("n", range(12))
+    @pytest.mark.parametrize("n", range({count}))
     def test_short(n):
         end = time.thread_time() + 0.005
         while time.thread_time() < end:
@@ -176,14 +175,18 @@ def test_budgeted_short_tests_are_told_how_long_they_waited_for_their_figures(py
     """A budget's verdict is the test's own: each budgeted test waits for its figure (a 5 ms region
     needs the counter's next two publications, ~0.19 s here). In real time (the wall-clock simulator,
     as on a real GPU) and most of a session, the end says how long they waited in all, and what to do,
-    with the waits of pytest-xdist's workers added up; on the virtual clock nothing waits: no line."""
-    write(pytester, BUDGETED_SHORT_TESTS)
-    result = pytester.runpytest_inprocess("--energy-all")
-    result.assert_outcomes(passed=12)
+    counting the tests with a budget only and adding pytest-xdist's workers' waits up; on the virtual
+    clock nothing waits: no line."""
+    pytester.makepyfile(test_budgeted=SHORT_TESTS.format(count=12), test_free=SHORT_TESTS.format(count=4))
+    entries = [f'[[budget]]\ntest = "test_budgeted.py::test_short[{n}]"\ngpu = "NVIDIA H100 80GB HBM3 (simulated)"\n'
+               f"ets_j = 1000.0\n" for n in range(12)]
+    pytester.makefile(".toml", budgets='format = "pytest-gpuenergy-budgets"\nversion = 2\n\n' + "\n".join(entries))
+    result = pytester.runpytest_inprocess("--energy-all", "--energy-budgets=budgets.toml")
+    result.assert_outcomes(passed=16)
     assert "with an energy budget waited" not in result.stdout.str()
     monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
-    result = pytester.runpytest_subprocess("--energy-all", "-n", "2")
-    result.assert_outcomes(passed=12)
+    result = pytester.runpytest_subprocess("--energy-all", "--energy-budgets=budgets.toml", "-n", "2")
+    result.assert_outcomes(passed=16)
     text = " ".join(line.strip() for line in result.stdout.lines)
     found = re.search(r"gpuenergy: note: 12 tests with an energy budget waited ([\d.]+) s in all for their figures, "
                       r"(\d+)% of the session: .*period \(100 ms here\) needs the counter's next two publications; "

@@ -420,8 +420,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         session.set_outcome(item.nodeid, _outcome_of(report))
         if report.passed:
             waited_from = realtime.monotonic()       # (a budget's verdict waits for the test's figure)
-            failures = session.budget_failures(item.nodeid, budgets, file_key(item) if session.budget_file else None)
-            if budgets or session.budget_file is not None:
+            key = file_key(item) if session.budget_file else None
+            failures = session.budget_failures(item.nodeid, budgets, key)
+            if budgets or (session.budget_file is not None and key is not None and session.budget_file.budgets_for(key)):
                 _add_waits(item.config, realtime.monotonic() - waited_from, 1)
             if failures:
                 report.outcome = "failed"
