@@ -175,11 +175,12 @@ def test_budgeted_short_tests_are_told_how_long_they_waited_for_their_figures(py
     """A budget's verdict is the test's own: each budgeted test waits for its figure (a 5 ms region
     needs the counter's next two publications, ~0.19 s here). In real time (the wall-clock simulator,
     as on a real GPU) and most of a session, the end says how long they waited in all, and what to do,
-    counting the tests with a budget only and adding pytest-xdist's workers' waits up; on the virtual
-    clock nothing waits: no line."""
-    pytester.makepyfile(test_budgeted=SHORT_TESTS.format(count=12), test_free=SHORT_TESTS.format(count=4))
+    counting the tests with a budget only (10 from a budgets file, 2 by their marker, not 4 others) and
+    adding pytest-xdist's workers' waits up; on the virtual clock nothing waits: no line."""
+    marked = SHORT_TESTS.format(count=2).replace("@pytest.mark.parametrize", "@pytest.mark.energy_budget(ets=1e6)\n@pytest.mark.parametrize")
+    pytester.makepyfile(test_budgeted=SHORT_TESTS.format(count=10), test_free=SHORT_TESTS.format(count=4), test_marked=marked)
     entries = [f'[[budget]]\ntest = "test_budgeted.py::test_short[{n}]"\ngpu = "NVIDIA H100 80GB HBM3 (simulated)"\n'
-               f"ets_j = 1000.0\n" for n in range(12)]
+               f"ets_j = 1000.0\n" for n in range(10)]
     pytester.makefile(".toml", budgets='format = "pytest-gpuenergy-budgets"\nversion = 2\n\n' + "\n".join(entries))
     result = pytester.runpytest_inprocess("--energy-all", "--energy-budgets=budgets.toml")
     result.assert_outcomes(passed=16)
