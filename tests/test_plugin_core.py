@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 
@@ -172,22 +173,22 @@ SHORT_TESTS = textwrap.dedent(
 
 
 def test_budgeted_short_tests_are_told_how_long_they_waited_for_their_figures(pytester, monkeypatch):
-    """A budget's verdict is the test's own: each budgeted test waits for its figure (a 5 ms region
-    needs the counter's next two publications, ~0.19 s here). In real time (the wall-clock simulator,
+    """A budget's verdict is the test's own: a budgeted test whose bound so far cannot decide it waits
+    for its figure (a 5 ms region needs the counter's next two publications, ~0.19 s here). In real time (the wall-clock simulator,
     as on a real GPU) and most of a session, the end says how long they waited in all, and what to do,
     counting the tests with a budget only (10 from a budgets file, 2 by their marker, not 4 others) and
     adding pytest-xdist's workers' waits up; on the virtual clock nothing waits: no line."""
-    marked = SHORT_TESTS.format(count=2).replace("@pytest.mark.parametrize", "@pytest.mark.energy_budget(ets=1e6)\n@pytest.mark.parametrize")
+    marked = SHORT_TESTS.format(count=2).replace("@pytest.mark.parametrize", "@pytest.mark.energy_budget(time=0.001)\n@pytest.mark.parametrize")
     pytester.makepyfile(test_budgeted=SHORT_TESTS.format(count=10), test_free=SHORT_TESTS.format(count=4), test_marked=marked)
     entries = [f'[[budget]]\ntest = "test_budgeted.py::test_short[{n}]"\ngpu = "NVIDIA H100 80GB HBM3 (simulated)"\n'
-               f"ets_j = 1000.0\n" for n in range(10)]
+               f"time_s = 0.001\n" for n in range(10)]       # under the tests' 5 ms: they wait, and miss
     pytester.makefile(".toml", budgets='format = "pytest-gpuenergy-budgets"\nversion = 2\n\n' + "\n".join(entries))
     result = pytester.runpytest_inprocess("--energy-all", "--energy-budgets=budgets.toml")
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=4, failed=12)
     assert "with an energy budget waited" not in result.stdout.str()
     monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
     result = pytester.runpytest_subprocess("--energy-all", "--energy-budgets=budgets.toml", "-n", "2")
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=4, failed=12)
     text = " ".join(line.strip() for line in result.stdout.lines)
     found = re.search(r"gpuenergy: note: 12 tests with an energy budget waited ([\d.]+) s in all for their figures, "
                       r"(\d+)% of the session: .*period \(100 ms here\) needs the counter's next two publications; "
@@ -195,6 +196,49 @@ def test_budgeted_short_tests_are_told_how_long_they_waited_for_their_figures(py
                       r"\(--energy-compare\), which waits once, at the end", text)
     assert found, text[-2000:]
     assert 12 * 0.1 <= float(found.group(1)) <= 12 * 0.5 and 20 <= int(found.group(2)) <= 100
+
+
+PENDING_AT_THE_VERDICT = textwrap.dedent(
+    """
+    import pytest
+    from pytest_gpuenergy.plugin.state import session_of
+
+    PENDING = []
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(item, call):
+        report = yield
+        if call.when == "call":      # after the budget's verdict: was the figure waited for?
+            case = session_of(item.config).cases_of(item.nodeid)[0]
+            PENDING.append(str(not case.results[0].resolved))
+        return report
+
+    def pytest_sessionfinish(session):
+        with open("pending.txt", "w") as file:
+            file.write(" ".join(PENDING))
+    """
+)
+
+
+@pytest.mark.parametrize("time_budget, pending, outcome", [(10.0, "True", "passed"), (0.001, "False", "failed")])
+def test_a_budget_the_bound_so_far_decides_takes_no_wait_and_the_same_verdict(pytester, monkeypatch, time_budget, pending,
+                                                                              outcome):
+    """In real time a 5 ms test's figure needs the counter's next two publications (~0.19 s). Where the
+    upper end of its bound from the reads so far (the GPU's ceiling over the region's time, 3.85 J
+    here) is within every budget, the figure worked out later is too: the test passes at once, its
+    figure still to come (and saved as ever). A budget the bound cannot decide waits for the figure
+    and fails on it, in the line it always had (here a time budget under the test's 5 ms)."""
+    monkeypatch.setenv("GPUENERGY_SIM_CLOCK", "wall")
+    pytester.makeconftest(PENDING_AT_THE_VERDICT)
+    write(pytester, SHORT_TESTS.format(count=4).replace("import pytest\n", "import pytest\n\n@pytest.mark.energy_budget("
+                                                        f"ets=1000.0, edp=1000.0, time={time_budget})", 1))
+    result = pytester.runpytest_inprocess("--energy-all", "--energy-json=report.json")
+    result.assert_outcomes(**{outcome: 4})
+    assert (pytester.path / "pending.txt").read_text().split() == [pending] * 4
+    cases = json.loads((pytester.path / "report.json").read_text())["runs"][0]["cases"]
+    assert len(cases) == 4 and all(0 <= c["ets_low_j"] <= c["ets_j"] <= c["ets_high_j"] and c["ets_j"] > 0 for c in cases)
+    if outcome == "failed":
+        assert len([line for line in result.stdout.lines if line.startswith("FAILED ") and "energy budget exceeded: T " in line]) == 4
 
 
 def test_the_most_specific_budget_wins(pytester):

@@ -354,3 +354,30 @@ def test_a_figure_is_not_worked_out_before_the_publications_it_needs_can_be_ther
             backend.sleep_until(backend.clock() + 0.002)
         found = pending[0].try_resolve()
     assert found is not None and 0 <= found.ets_low_j <= found.ets_j <= found.ets_high_j and found.ets_j > 0
+
+
+def test_the_bound_so_far_holds_the_figure_worked_out_later(wall_backend):
+    """What a budget's verdict may use at once (``PendingResult.at_most``: each GPU's ETS at the upper
+    end of its bound from the reads so far, dated by the reads alone) holds the figure worked out
+    later, estimate and bound, for regions of 2-300 ms in real time."""
+    import random
+
+    from pytest_gpuenergy.meter import EnergyMeter
+
+    from helpers import spin
+
+    rng = random.Random(5)
+    pending: list[PendingResult] = []
+    meter = EnergyMeter(wall_backend, wall_backend.all_gpus[:1], on_result=pending.append)
+    so_far = []
+    for _ in range(8):
+        with meter:
+            spin(rng.choice([0.002, 0.005, 0.02, 0.08, 0.15, 0.3]))
+        early = pending[-1].at_most()
+        assert early is not None and not pending[-1].resolved
+        so_far.append(early.per_gpu[0].repetitions[0])
+    for early_rep, result in zip(so_far, pending):
+        final = result.resolve().per_gpu[0].repetitions[0]
+        assert early_rep.ets_j == early_rep.ets_high_j and early_rep.time_s == final.time_s
+        assert early_rep.ets_low_j - 1e-9 <= final.ets_low_j <= final.ets_j <= final.ets_high_j <= early_rep.ets_high_j + 1e-9
+

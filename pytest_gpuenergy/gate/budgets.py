@@ -205,6 +205,24 @@ def domain_failures(budgets: Sequence[Budget], result: EnergyResult, limits: Pow
     return lines
 
 
+def gpu_budget_line(gpu: GpuResult, budgets: Sequence[Budget], limits: PowerLimits, where: str) -> str | None:
+    """The line saying how ``gpu``'s region misses its most specific budget (``where``: the region, if
+    several), or None where it has none or meets it."""
+    ran_at_mw = int(round(1000 * (gpu.limit_requested_w if gpu.limit_requested_w is not None else gpu.limit_enforced_w)))
+    budget = select_budget(budgets, gpu.gpu_name, ran_at_mw, limits)
+    misses = check_budget(budget, gpu.summary) if budget is not None else []
+    if budget is None or not misses:
+        return None
+    summary = gpu.summary
+    bound = ""
+    if summary.ets_low_j is not None and summary.ets_high_j is not None and any(m.figure == "ETS" for m in misses):
+        bound = f" (true ETS within {summary.ets_low_j:.4g}-{summary.ets_high_j:.4g} J)"
+    origin = "simulated" if gpu.simulated else "measured"
+    source = f"; budget from {budget.source}" if budget.source else ""
+    return (f"energy budget exceeded{where}: {'; '.join(m.describe() for m in misses)}{bound} on GPU {gpu.gpu_index} "
+            f"{gpu.gpu_name} at cap {gpu.cap} (enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)}{source})")
+
+
 def phase_failures(budgets: Sequence[Budget], gpu: GpuResult, limits: PowerLimits, where: str) -> list[str]:
     """One line per phase budget (``energy_budget(phase=...)``) that ``gpu``'s region misses, or that names
     a phase the region does not have (``where``: the region, if several). The most specific budget of each

@@ -207,6 +207,8 @@ class EnergyMeter:
         pending = PendingResult(block_result)
         if self._group is not None:
             pending.resolve()          # every rank combines its figures with the others' now, together
+        else:
+            pending.at_most = lambda: self._at_most(region)
         self._add(pending)
 
     def measure(
@@ -448,6 +450,15 @@ class EnergyMeter:
         self._failed_block = None
         if self.on_result is not None:
             self.on_result(pending)
+
+    def _at_most(self, region: Region) -> EnergyResult | None:
+        """The block's figures with each GPU's ETS at the upper end of its bound from the reads so far
+        (``Region.bounds_so_far``): a budget these pass, the figures worked out later pass too."""
+        bounds = region.bounds_so_far()
+        if bounds is None:
+            return None
+        per_gpu = [[_per_call(RegionEnergy(high_j, low_j, high_j, math.nan), region.duration, 1)] for low_j, high_j in bounds]
+        return self._result_of(region, per_gpu, [])
 
     def _result_of(self, region: Region, per_gpu: list[list[Repetition]], notes: list[str],
                    host: Sequence[tuple[list[HostFigure], int]] = ()) -> EnergyResult:

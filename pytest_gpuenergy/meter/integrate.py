@@ -212,7 +212,7 @@ def counter_energy(
         raise NotYet
     powers = _interval_powers_w(dated, period_s)
     ceiling_w = max(ceiling_w, max(powers, default=0.0) * 1.05)
-    low_j, high_j = _counter_bound(pubs, t0, t1, ceiling_w)
+    low_j, high_j = counter_bound(pubs, t0, t1, ceiling_w)
     notes: list[str] = []
     if len(inside) >= 2:
         estimate_j, moved_j = _inside_estimate(inside, before, after, t0, t1, ceiling_w)
@@ -227,7 +227,7 @@ def counter_energy(
                      f"{moved_j:.3g} J of what the power next to them suggests is more than their time can hold, "
                      f"so the estimate is near its bound's edge")
     # The estimate rests on the closely dated publications only, and must lie in what they allow.
-    used_low_j, used_high_j = (low_j, high_j) if len(dated) in (0, len(pubs)) else _counter_bound(dated, t0, t1, ceiling_w)
+    used_low_j, used_high_j = (low_j, high_j) if len(dated) in (0, len(pubs)) else counter_bound(dated, t0, t1, ceiling_w)
     estimate_j = within_bound(estimate_j, used_low_j, used_high_j, notes, "energy counter")
     if not low_j <= estimate_j <= high_j:
         # The loosely dated ones still narrow the bound: the estimate is the nearest figure within it.
@@ -251,7 +251,7 @@ def counter_energy(
                         coarse=len(inside) < 2, notes=notes)
 
 
-def _counter_bound(pubs: Sequence[Publication], t0: float, t1: float, ceiling_w: float) -> tuple[float, float]:
+def counter_bound(pubs: Sequence[Publication], t0: float, t1: float, ceiling_w: float) -> tuple[float, float]:
     """The least and most energy (J) any history consistent with the publications puts in [t0, t1].
 
     E(t) never falls, rises at most ``ceiling_w``, and equals each published value (to the

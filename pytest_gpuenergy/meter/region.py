@@ -24,7 +24,7 @@ from ..gpu.device import Backend, Gpu
 from ..gpu.moments import Moment, QueuedMoment, date_marks
 from ..host.recorder import HostFigure, HostRecorder
 from .attribution import attribute_phases, publication_arrays
-from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_energy, publications, sampled_energy
+from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_bound, counter_energy, publications, sampled_energy
 from .lattice import Lattice
 from .recorder import COUNTER, Recorder
 from .results import EnergyResult, PhaseFigures
@@ -107,6 +107,23 @@ class Region:
     @property
     def duration(self) -> float:
         return self.t1 - self.t0
+
+    def bounds_so_far(self) -> list[tuple[float, float]] | None:
+        """Per GPU, the bound (J) on the ended region's energy from the reads taken so far, each
+        publication dated by the reads alone, the GPU's ceiling its highest power: later publications
+        and the lattice's dating only narrow it, so the figure worked out later lies within it (unless
+        the GPU is seen drawing more than that ceiling). None for an open region, or where a GPU's
+        power is sampled (its bound rests on averaging windows, not on a counter)."""
+        if math.isnan(self.t1) or any(r.method != COUNTER for r in self.recorders):
+            return None
+        bounds = []
+        for recorder in self.recorders:
+            reads, _ = recorder.snapshot(self.t0 - 3 * recorder.period_s - 0.05, math.inf)
+            found = publications(reads, None, repeats=False, period_s=recorder.period_s)
+            if not found:
+                return None
+            bounds.append(counter_bound(found, self.t0, self.t1, CEILING_FACTOR * recorder.max_limit_w))
+        return bounds
 
     def end(self) -> None:
         self.backend.synchronize()
@@ -258,6 +275,9 @@ class PendingResult:
         self._result: EnergyResult | None = None
         self._error: BaseException | None = None
         self._then: list[Callable[[EnergyResult], None]] = []
+        # The figures with each GPU's ETS at the upper end of its bound from the reads so far (None where
+        # that cannot be told): what the result, once worked out, is at most (``Region.bounds_so_far``).
+        self.at_most: Callable[[], EnergyResult | None] = lambda: None
 
     def then(self, callback: Callable[[EnergyResult], None]) -> None:
         """Call ``callback`` with the result once it is worked out (now, if it is already)."""

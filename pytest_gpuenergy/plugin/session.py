@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import realtime
 from ..errors import DeviceError, GpuEnergyError, LimitRestoreError, MeasurementError
-from ..gate.budgets import Budget, check_budget, domain_failures, phase_failures, select_budget
+from ..gate.budgets import Budget, domain_failures, gpu_budget_line, phase_failures
 from ..gpu.capping import PowerCap, PowerCapper, power_journal_for
 from ..gpu.claims import Claim, claim_gpus, in_order
 from ..gpu.clocks import ClockCap, ClockCapper, ClockLock, clock_journal_for
@@ -62,15 +62,18 @@ class CaseRecord:
         return self._merged[1]
 
     def _merge(self) -> EnergyResult:
-        results = [pending.resolve() for pending in self.results]
-        first = results[0]
-        per_gpu = []
-        for i, gpu in enumerate(first.per_gpu):
-            reps = tuple(rep for result in results for rep in result.per_gpu[i].repetitions)
-            notes = tuple(sorted({n for result in results for n in result.per_gpu[i].notes}))
-            per_gpu.append(replace(gpu, repetitions=reps, notes=notes))
-        notes = tuple(sorted({n for result in results for n in result.notes}))
-        return EnergyResult(per_gpu=tuple(per_gpu), notes=notes, per_domain=merge_domains(results))
+        return merge_results([pending.resolve() for pending in self.results])
+
+
+def merge_results(results: Sequence[EnergyResult]) -> EnergyResult:
+    """The results of repeated calls of a case as one, whose repetitions are all of theirs."""
+    per_gpu = []
+    for i, gpu in enumerate(results[0].per_gpu):
+        reps = tuple(rep for result in results for rep in result.per_gpu[i].repetitions)
+        notes = tuple(sorted({n for result in results for n in result.per_gpu[i].notes}))
+        per_gpu.append(replace(gpu, repetitions=reps, notes=notes))
+    notes = tuple(sorted({n for result in results for n in result.notes}))
+    return EnergyResult(per_gpu=tuple(per_gpu), notes=notes, per_domain=merge_domains(results))
 
 
 @dataclass(frozen=True)
@@ -530,6 +533,8 @@ class EnergySession:
             return [] if per_case or not self._file_budgets(file_key, test_id) else [NOTHING_MEASURED]
         if not per_case:
             return [NOTHING_MEASURED]
+        if self._within_budgets_at_most(test_id, per_case):
+            return []
         lines = []
         for case in self.cases_of(test_id):
             merged = case.merged
@@ -555,28 +560,22 @@ class EnergySession:
 
     def _check_gpu(self, case_id: str, gpu: GpuResult, budgets: Sequence[Budget]) -> str | None:
         limits = self.limits.get(gpu.gpu_uuid)
-        if limits is None:
-            return None
-        ran_at_mw = int(round(1000 * (gpu.limit_requested_w if gpu.limit_requested_w is not None else gpu.limit_enforced_w)))
-        budget = select_budget(budgets, gpu.gpu_name, ran_at_mw, limits)
-        if budget is None:
-            return None
-        misses = check_budget(budget, gpu.summary)
-        if not misses:
-            return None
-        origin = "simulated" if gpu.simulated else "measured"
         number = split_region(case_id)[1]
-        region = f" [{number}. region]" if number is not None else ""
-        summary = gpu.summary
-        bound = ""
-        if summary.ets_low_j is not None and summary.ets_high_j is not None and any(m.figure == "ETS" for m in misses):
-            bound = f" (true ETS within {summary.ets_low_j:.4g}-{summary.ets_high_j:.4g} J)"
-        where = f"; budget from {budget.source}" if budget.source else ""
-        return (
-            f"energy budget exceeded{region}: {'; '.join(m.describe() for m in misses)}{bound} "
-            f"on GPU {gpu.gpu_index} {gpu.gpu_name} at cap {gpu.cap} "
-            f"(enforced {gpu.limit_enforced_w:g} W, {origin}, n={len(gpu.repetitions)}{where})"
-        )
+        return gpu_budget_line(gpu, budgets, limits, f" [{number}. region]" if number is not None else "") if limits else None
+
+    def _within_budgets_at_most(self, test_id: str, per_case: dict[str, list[Budget]]) -> bool:
+        """Whether every case meets its budgets with each GPU's ETS at the upper end of its bound from
+        the reads so far (``PendingResult.at_most``): the figures worked out later lie within that
+        bound, so the verdict is the same without waiting for them. Phase and domain budgets wait."""
+        for case in self.cases_of(test_id):
+            budgets = per_case[case.test_id]
+            if any(b.domain != "gpu" or b.phase is not None for b in budgets):
+                return False
+            found = [r for p in case.results if (r := p.at_most() if not p.resolved else None if _failed(p) else p.resolve())]
+            if budgets and (not found or len(found) < len(case.results) or any(
+                    self._check_gpu(case.test_id, gpu, budgets) for gpu in merge_results(found).per_gpu)):
+                return False
+        return True
 
     def _require_backend(self) -> Backend:
         if self.backend is None:
