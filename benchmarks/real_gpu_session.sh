@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything run on a lent real GPU, read-only, as one script:  bash benchmarks/real_gpu_session.sh OUTDIR STEP...
-# Steps: env  main  tiny  bench  phases  drift-start  drift-end  gate  history  budgets  energy-all  profile.  No step passes --gpu-caps; every NVML setter is replaced by one that
+# Steps: env  main  tiny  bench  phases  drift-start  drift-end  gate  history  budgets  energy-all  profile  budget-waits.  No step passes --gpu-caps; every NVML setter is replaced by one that
 # refuses and logs (benchmarks/read_only_nvml.py), and the GPU's settings are read before and after.
 set -u
 OUTDIR=$1; shift; mkdir -p "$OUTDIR"
@@ -32,6 +32,7 @@ for step in "$@"; do
            for i in 1 2; do timeout 150 python3 -m pytest reference_workloads $G --energy-fail=ets:5%,edp:10% --energy-save --energy-markdown="$OUTDIR/history-gate-$i.md" | tail -25; echo "gate $i against the saved sessions: exit ${PIPESTATUS[0]}"; done ;;
     profile) timeout 120 python3 benchmarks/energy_all_profile.py --backend nvml --out "$OUTDIR" ;;
     energy-all) timeout 240 python3 benchmarks/energy_all_overhead.py --quick --backend nvml --pairs 3 --parts --out "$OUTDIR" ;;
+    budget-waits) timeout 200 python3 benchmarks/budget_waits.py --backend nvml --out "$OUTDIR" ;;
     budgets) cp reference_workloads/budgets.json "$OUTDIR/budgets.json"; timeout 420 python3 reference_workloads/make_budgets.py --output "$OUTDIR/budgets.json" --gpu-backend nvml --caps '' --size full --runs 2 --margin 2 ;;
   esac
   echo "=== $step exit $? $(date -u +%FT%TZ)"

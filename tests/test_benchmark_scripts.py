@@ -510,3 +510,24 @@ def test_lattice_under_load_measures_regions_and_records_the_learned_period(tmp_
     (row,) = document["rows"]
     assert document["simulated"] and document["summary"]["runs"] == 1 and "(simulated)" in done.stdout
     assert 80 <= row["period_ms"] <= 120 and row["held"] and abs(row["error"]) < 0.05 and 1.9 <= row["region_s"] <= 2.5
+
+
+def test_budget_waits_runs_the_three_sessions_and_reads_their_outcomes_and_waits(tmp_path):
+    """``budget_waits.py``: a saved run, budgets from it, the budgeted run and the one that waits for
+    every figure, on the wall clock; each session's outcomes read from its summary; a session's own
+    line on budgets' waits read where there is one (a unit check of the parser, as the 3 tests here
+    wait too little for the session to print it)."""
+    import budget_waits
+
+    done = subprocess.run([sys.executable, str(BENCH / "budget_waits.py"), "--quick", "--count", "3", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    document = json.loads((tmp_path / "budget_waits-quick.json").read_text())
+    assert document["simulated"] and document["count"] == 3 and document["margin_pct"] == 40.0
+    rows = document["rows"]
+    assert list(rows) == ["no budgets (saved)", "budgets", "budgets, every figure waited for (--junitxml)"]
+    assert all(r["passed"] + r["failed"] == 3 and r["wall_s"] > 0 for r in rows.values())
+    assert rows["no budgets (saved)"]["failed"] == 0 and rows["no budgets (saved)"]["waited_tests"] == 0
+    assert "3 tests of 5 ms, budgets with a margin of 40 %" in done.stdout
+    line = "gpuenergy: note: 12 tests with an energy budget waited 2.4 s in all for their figures, 86% of the session"
+    assert budget_waits._WAITED.search(line).groups() == ("12", "2.4")
