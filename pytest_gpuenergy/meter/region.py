@@ -113,14 +113,15 @@ class Region:
         publication dated by the reads alone, the GPU's ceiling its highest power: later publications
         and the lattice's dating only narrow it, so the figure worked out later lies within it (unless
         the GPU is seen drawing more than that ceiling). None for an open region, or where a GPU's
-        power is sampled (its bound rests on averaging windows, not on a counter)."""
+        power is sampled (its bound rests on averaging windows, not on a counter), or a counter seen
+        going backwards (no figure will come: the test waits for that error)."""
         if math.isnan(self.t1) or any(r.method != COUNTER for r in self.recorders):
             return None
         bounds = []
         for recorder in self.recorders:
             reads, _ = recorder.snapshot(self.t0 - 3 * recorder.period_s - 0.05, math.inf)
             found = publications(reads, None, repeats=False, period_s=recorder.period_s)
-            if not found:
+            if not found or any(b.value < a.value for a, b in zip(reads, reads[1:])):
                 return None
             bounds.append(counter_bound(found, self.t0, self.t1, CEILING_FACTOR * recorder.max_limit_w))
         return bounds
