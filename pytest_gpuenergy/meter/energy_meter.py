@@ -204,11 +204,9 @@ class EnergyMeter:
             per_gpu = [[_per_call(r, region.duration, 1, p)] for r, p in zip(readings, _phases_of(region))]
             return self._result_of(region, per_gpu, notes, [(region.host_figures(), 1)])
 
-        pending = PendingResult(block_result)
+        pending = PendingResult(block_result, None if self._group is not None else lambda: self._at_most(region))
         if self._group is not None:
             pending.resolve()          # every rank combines its figures with the others' now, together
-        else:
-            pending.at_most = lambda: self._at_most(region)
         self._add(pending)
 
     def measure(

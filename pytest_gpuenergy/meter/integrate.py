@@ -373,15 +373,20 @@ def _interval_powers_w(pubs: Sequence[Publication], period_s: float) -> list[flo
     return powers
 
 
+def went_backwards(reads: Sequence[Read]) -> tuple[Read, Read] | None:
+    """The first two consecutive reads whose counter value fell, or None."""
+    return next(((a, b) for a, b in zip(reads, reads[1:]) if b.value < a.value), None)
+
+
 def check_monotonic(reads: Sequence[Read], label: str) -> None:
     from ..errors import MeasurementError
 
-    for a, b in zip(reads, reads[1:]):
-        if b.value < a.value:
-            raise MeasurementError(
-                f"the energy counter of {label} went backwards ({a.value} mJ, then {b.value} mJ) during "
-                f"the region: the driver was reloaded or the counter reset, so no figure is given; run again"
-            )
+    fell = went_backwards(reads)
+    if fell is not None:
+        raise MeasurementError(
+            f"the energy counter of {label} went backwards ({fell[0].value} mJ, then {fell[1].value} mJ) during "
+            f"the region: the driver was reloaded or the counter reset, so no figure is given; run again"
+        )
 
 
 # -- power readings --------------------------------------------------------------------------------

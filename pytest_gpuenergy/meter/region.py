@@ -24,7 +24,7 @@ from ..gpu.device import Backend, Gpu
 from ..gpu.moments import Moment, QueuedMoment, date_marks
 from ..host.recorder import HostFigure, HostRecorder
 from .attribution import attribute_phases, publication_arrays
-from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_bound, counter_energy, publications, sampled_energy
+from .integrate import CEILING_FACTOR, NotYet, RegionEnergy, check_monotonic, counter_bound, counter_energy, publications, sampled_energy, went_backwards
 from .lattice import Lattice
 from .recorder import COUNTER, Recorder
 from .results import EnergyResult, PhaseFigures
@@ -121,7 +121,7 @@ class Region:
         for recorder in self.recorders:
             reads, _ = recorder.snapshot(self.t0 - 3 * recorder.period_s - 0.05, math.inf)
             found = publications(reads, None, repeats=False, period_s=recorder.period_s)
-            if not found or any(b.value < a.value for a, b in zip(reads, reads[1:])):
+            if not found or went_backwards(reads) is not None:
                 return None
             bounds.append(counter_bound(found, self.t0, self.t1, CEILING_FACTOR * recorder.max_limit_w))
         return bounds
@@ -271,14 +271,21 @@ class PendingResult:
     is called until it gives one; the result (or the error it raised) is then kept.
     """
 
-    def __init__(self, build: Callable[[bool], EnergyResult | None]) -> None:
+    def __init__(self, build: Callable[[bool], EnergyResult | None],
+                 upper: Callable[[], EnergyResult | None] | None = None) -> None:
         self._build: Callable[[bool], EnergyResult | None] | None = build
+        self._upper = upper
         self._result: EnergyResult | None = None
         self._error: BaseException | None = None
         self._then: list[Callable[[EnergyResult], None]] = []
-        # The figures with each GPU's ETS at the upper end of its bound from the reads so far (None where
-        # that cannot be told): what the result, once worked out, is at most (``Region.bounds_so_far``).
-        self.at_most: Callable[[], EnergyResult | None] = lambda: None
+
+    def at_most(self) -> EnergyResult | None:
+        """What the result is at most, without waiting: the result once worked out (None where that
+        failed), before that ``upper``'s figures, each GPU's ETS at the upper end of its bound from the
+        reads so far (``Region.bounds_so_far``), or None where that cannot be told."""
+        if self._build is None:
+            return self._result
+        return self._upper() if self._upper is not None else None
 
     def then(self, callback: Callable[[EnergyResult], None]) -> None:
         """Call ``callback`` with the result once it is worked out (now, if it is already)."""

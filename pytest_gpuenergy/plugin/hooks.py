@@ -419,11 +419,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         # The outcome of the test's own code: a budget miss is a valid figure that the gate must see.
         session.set_outcome(item.nodeid, _outcome_of(report))
         if report.passed:
-            waited_from = realtime.monotonic()       # (a budget's verdict waits for the test's figure)
-            key = file_key(item) if session.budget_file else None
-            failures = session.budget_failures(item.nodeid, budgets, key)
-            if budgets or (session.budget_file is not None and key is not None and session.budget_file.budgets_for(key)):
-                _add_waits(item.config, realtime.monotonic() - waited_from, 1)
+            waited_from = realtime.monotonic()       # (a budget's verdict may wait for the test's figure)
+            failures = session.budget_failures(item.nodeid, budgets, file_key(item) if session.budget_file else None)
+            if failures is not None and (state := state_of(item.config)) is not None:
+                state.add_budget_wait(realtime.monotonic() - waited_from)
             if failures:
                 report.outcome = "failed"
                 report.longrepr = "\n".join(failures)
@@ -434,11 +433,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     elif report.failed:
         session.set_outcome(item.nodeid, "error")
     return report
-
-
-def _add_waits(config: pytest.Config, seconds: float, tests: int) -> None:
-    waits = state.budget_waits if (state := state_of(config)) is not None else [0.0, 0]
-    waits[0], waits[1] = waits[0] + seconds, waits[1] + tests
 
 
 def _outcome_of(report: pytest.TestReport) -> Outcome:
@@ -461,7 +455,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist sets it on workers
         output[_WORKER_OUTPUT] = energy.export_cases() if energy is not None else "[]"
         output[_WORKER_ERRORS] = list(energy.errors) if energy is not None else []
-        output[_WORKER_WAITS] = list(state.budget_waits)
+        output[_WORKER_WAITS] = [state.budget_wait_s, state.budgeted_tests]
         output[_WORKER_NOTES] = [energy.unparametrised if energy is not None else {}, energy.named_once if energy is not None else {},
                                  config.stash.get(markers.KEPT_MARKERS_KEY, {})]
         return
@@ -519,7 +513,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
             if exported:
                 session.import_cases(exported)
             session.errors += errors
-    _add_waits(node.config, *output.get(_WORKER_WAITS, (0.0, 0)))
+    state.add_budget_wait(*output.get(_WORKER_WAITS, (0.0, 0)))
     notes = output.get(_WORKER_NOTES)
     if notes and any(notes) and state.session is not None:       # what each worker's tests left to say
         kept_markers = node.config.stash.setdefault(markers.KEPT_MARKERS_KEY, {})
@@ -555,8 +549,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from ..reports.terminal import budget_wait_line, notice_lines, session_lines, skipped_lines, tables_for, top_lines, wrap  # only now
 
     width = config.get_terminal_writer().fullwidth
-    waited_s, waited_tests = state.budget_waits
-    waited = budget_wait_line(waited_s, waited_tests, realtime.monotonic() - state.began_at,
+    waited = budget_wait_line(state.budget_wait_s, state.budgeted_tests, realtime.monotonic() - state.began_at,
                               min((gpu.counter_period_s for gpu in session.gpus), default=None))
     notices = notice_lines(session.repairs, session.notices + ([waited] if waited else []), session.coarse_cases(),
                            session.unparametrised, width, session.named_once, config.stash.get(markers.KEPT_MARKERS_KEY, {}))

@@ -524,13 +524,13 @@ class EnergySession:
         return [self.cases[case_id] for case_id in self._case_ids.get(test_id, [])]
 
     # -- budgets -------------------------------------------------------------------------------
-    def budget_failures(self, test_id: str, budgets: Sequence[Budget], file_key: str | None = None) -> list[str]:
-        """One line per GPU and region that misses its budget (empty when all pass): the test's
-        ``budgets`` (its markers), or without any, the budgets file's for ``file_key`` (the test's id
-        without its settings, ``gate.budget_file.test_key``) and each case's region."""
+    def budget_failures(self, test_id: str, budgets: Sequence[Budget], file_key: str | None = None) -> list[str] | None:
+        """One line per GPU and region that misses its budget (empty when all pass; None where the test
+        has no budget): the test's ``budgets`` (its markers), or without any, the budgets file's for
+        ``file_key`` (the test's id without its settings, ``gate.budget_file.test_key``) and each case's region."""
         per_case = {case.test_id: list(budgets) or self._file_budgets(file_key, case.test_id) for case in self.cases_of(test_id)}
         if not budgets and not any(per_case.values()):
-            return [] if per_case or not self._file_budgets(file_key, test_id) else [NOTHING_MEASURED]
+            return None if per_case or not self._file_budgets(file_key, test_id) else [NOTHING_MEASURED]
         if not per_case:
             return [NOTHING_MEASURED]
         if self._within_budgets_at_most(test_id, per_case):
@@ -571,8 +571,8 @@ class EnergySession:
             budgets = per_case[case.test_id]
             if any(b.domain != "gpu" or b.phase is not None for b in budgets):
                 return False
-            found = [r for p in case.results if (r := p.at_most() if not p.resolved else None if _failed(p) else p.resolve())]
-            if budgets and (not found or len(found) < len(case.results) or any(
+            found = [r for r in (p.at_most() for p in case.results) if r is not None]
+            if budgets and (len(found) < len(case.results) or any(
                     self._check_gpu(case.test_id, gpu, budgets) for gpu in merge_results(found).per_gpu)):
                 return False
         return True

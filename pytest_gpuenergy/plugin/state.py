@@ -46,11 +46,16 @@ class PluginState:
     on_result: Callable[[str, Any], None] | None = None   # the teams' hook, given every result
     gpu_order: tuple[str, ...] = ()      # a pytest-xdist worker: the GPUs' order its controller chose
     workers: int = 1                     # the controller of ``-n N``: its workers, one GPU each where free
-    # How long tests with an energy budget waited for their figures before their verdicts (s, tests),
-    # this process's and, on the controller, its workers'; and when the session began (monotonic).
-    budget_waits: list[float] = field(default_factory=lambda: [0.0, 0])
+    # How long tests with an energy budget waited for their verdicts, and how many tests, this process's
+    # and, on the controller, its workers' (``add_budget_wait``); when the session began (monotonic).
+    budget_wait_s: float = 0.0
+    budgeted_tests: int = 0
     began_at: float = field(default_factory=realtime.monotonic)
     _gate: EnergyGate | None = None
+
+    def add_budget_wait(self, seconds: float, tests: int = 1) -> None:
+        self.budget_wait_s += seconds
+        self.budgeted_tests += tests
 
     @property
     def started(self) -> bool:

@@ -132,7 +132,6 @@ class GpuStateFile:
         # pid -> its marker, open (``mark_process``), or None where it is known to be gone; its
         # byte says whether the process runs work on the GPU now
         self._markers: dict[int, int | None] = {}
-        self._marker_running: dict[int, bool] = {}
         self._cached: GpuState | None = None
         self._cached_stamp: tuple[int, int, int] | None = None
         self._checked_at = -1.0
@@ -189,37 +188,29 @@ class GpuStateFile:
     def mark_process(self, pid: int, running: bool) -> None:
         """Say whether ``pid`` runs work on this GPU now: its marker holds one byte while it does,
         none while it does not (``process_ids``). The marker is made once, never through a link, and
-        kept open: a hand-over, twice a test under ``--energy-all``, then costs an fstat and an
-        ftruncate where making and removing the file cost 50-100 us (``forget_process`` removes it)."""
-        fd = self._open_marker(pid)
+        kept open: a hand-over, twice a test under ``--energy-all``, then costs an fstat (and an
+        ftruncate where it changes) where making and removing the file cost 50-100 us
+        (``forget_process`` removes it). A marker removed with its folder is made again."""
+        fd = self._markers.get(pid)
+        found = os.fstat(fd) if fd is not None else None
+        if fd is not None and found is not None and found.st_nlink == 0:
+            os.close(fd)
+            fd = found = self._markers[pid] = None
         if fd is None:
-            if running:
-                fd = self._markers[pid] = open_state_file(self._held_procs.fd(create=True), str(pid),
-                                                          os.O_WRONLY | os.O_CREAT, shown=self._procs / str(pid))
-            else:
+            if not running:
                 if pid not in self._markers:       # a marker that a dead process with this pid left
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(str(pid), dir_fd=self._held_procs.fd())
                     self._markers[pid] = None
                 return
-        if self._marker_running.get(pid) is not running:
+            fd = self._markers[pid] = open_state_file(self._held_procs.fd(create=True), str(pid),
+                                                      os.O_WRONLY | os.O_CREAT, shown=self._procs / str(pid))
+        if found is None or (found.st_size > 0) is not running:
             os.ftruncate(fd, 1 if running else 0)
-            self._marker_running[pid] = running
-
-    def _open_marker(self, pid: int) -> int | None:
-        """The marker this process keeps open for ``pid``, if it is still the folder's (not removed)."""
-        fd = self._markers.get(pid)
-        if fd is not None and os.fstat(fd).st_nlink == 0:
-            os.close(fd)
-            del self._markers[pid]
-            self._marker_running.pop(pid, None)
-            return None
-        return fd
 
     def forget_process(self, pid: int) -> None:
         """Remove ``pid``'s marker (the process is done with the simulated GPUs)."""
         fd = self._markers.pop(pid, None)
-        self._marker_running.pop(pid, None)
         if fd is not None:
             os.close(fd)
         with contextlib.suppress(FileNotFoundError):
